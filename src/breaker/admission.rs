@@ -1,0 +1,68 @@
+//! Admission: the decision `poll_ready` and `call` act on, and the half-open
+//! probe permit that makes readiness a reservation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::shared::Shared;
+use crate::State;
+
+/// What the breaker says about one call.
+#[derive(Debug)]
+pub(crate) enum Decision {
+    /// Closed: call the inner service; the outcome counts in this generation.
+    Closed(u32),
+    /// Half-open: this call is a probe and holds a permit.
+    Probe(Permit),
+    /// Refuse at once.
+    Reject { retry_after: Duration, state: State },
+}
+
+/// One of the `probes` half-open permits.
+///
+/// Taken when the breaker admits a probe, moved from the service into the
+/// response future by `call`, and given back exactly once: by the probe's
+/// outcome, or by `Drop` when the future is cancelled, the service clone that
+/// reserved it is dropped, or a panic unwinds through either.
+#[derive(Debug)]
+pub(crate) struct Permit {
+    shared: Arc<Shared>,
+    generation: u32,
+    slot: Option<usize>,
+    armed: bool,
+}
+
+impl Permit {
+    pub(crate) fn new(shared: Arc<Shared>, generation: u32, slot: Option<usize>) -> Self {
+        Permit {
+            shared,
+            generation,
+            slot,
+            armed: true,
+        }
+    }
+
+    /// Whether the breaker is still in the half-open generation that issued
+    /// this permit.
+    pub(crate) fn is_current(&self) -> bool {
+        self.shared.is_half_open_in(self.generation)
+    }
+
+    pub(crate) fn succeed(mut self) {
+        self.armed = false;
+        self.shared.probe_succeeded(self.generation, self.slot);
+    }
+
+    pub(crate) fn fail(mut self, hint: Option<Duration>) {
+        self.armed = false;
+        self.shared.probe_failed(self.generation, hint);
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.release_permit(self.generation, self.slot);
+        }
+    }
+}

@@ -1,0 +1,624 @@
+//! The state one breaker's handles share, and every transition between
+//! states.
+//!
+//! The state word (see [`state`](super::state)) is the single source of
+//! truth. Lock-free paths read it and change it with one compare-and-swap:
+//! admission in every state, the open to half-open step, taking and giving
+//! back probe permits. Transitions that must also update the bookkeeping
+//! under the mutex (tripping, reopening, closing) take the mutex first and
+//! then compare-and-swap, so a change made by a lock-free path in between
+//! makes them re-read instead of overwrite. The thread whose
+//! compare-and-swap succeeds performs the transition and emits its event:
+//! exactly one event per transition.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::admission::{Decision, Permit};
+use super::state::{Tag, Word, MAX_DEADLINE_MS};
+use crate::classify::Outcome;
+use crate::config::Config;
+use crate::events::Transition;
+use crate::policy::{PolicyFigures, PolicyState, Sample, TripReason};
+use crate::{Counts, Snapshot, State};
+
+/// Keeps hot, read-mostly fields off the cache lines that slow paths write.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+struct Hot {
+    word: AtomicU64,
+    /// Whether a closed-state success must be recorded. While false, a
+    /// success writes nothing shared.
+    success_matters: AtomicBool,
+    /// Earliest deadline of an in-flight probe, or `u64::MAX`.
+    probe_deadline_ms: AtomicU64,
+}
+
+#[derive(Default)]
+struct Counters {
+    rejected: AtomicU64,
+    failures: AtomicU64,
+    ignored: AtomicU64,
+    stale: AtomicU64,
+    opened: AtomicU64,
+    probes: AtomicU64,
+}
+
+/// Bookkeeping behind the mutex: the policy's counters and what a
+/// transition needs to know about the past.
+struct Book {
+    policy: PolicyState,
+    /// Failed probe rounds since the breaker last closed.
+    attempt: u32,
+    /// The latest end of a retry-after hint announced by the upstream.
+    hint_until_ms: Option<u64>,
+    last_trip: Option<TripReason>,
+    /// When the current closed or open period began.
+    since_ms: u64,
+    /// End of the latest open period: when half-open began.
+    open_until_ms: u64,
+    /// Deadlines of in-flight probes of generation `probe_generation`.
+    probe_generation: u32,
+    probe_deadlines: Vec<Option<u64>>,
+    rng: u64,
+}
+
+pub(crate) struct Shared {
+    hot: Padded<Hot>,
+    counters: Padded<Counters>,
+    book: Mutex<Book>,
+    pub(crate) config: Config,
+    pub(crate) needs_latency: bool,
+    epoch: Instant,
+}
+
+fn ceil_ms(d: Duration) -> u64 {
+    let ms = d.as_millis();
+    let ms = if Duration::from_millis(ms.min(u64::MAX as u128) as u64) < d {
+        ms + 1
+    } else {
+        ms
+    };
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+impl Shared {
+    pub(crate) fn new(config: Config) -> Self {
+        let policy = PolicyState::new(&config.trip);
+        let probes = if config.probe_timeout.is_some() {
+            config.probes as usize
+        } else {
+            0
+        };
+        Shared {
+            hot: Padded(Hot {
+                word: AtomicU64::new(Word::closed(0).0),
+                success_matters: AtomicBool::new(policy.success_matters()),
+                probe_deadline_ms: AtomicU64::new(u64::MAX),
+            }),
+            counters: Padded(Counters::default()),
+            book: Mutex::new(Book {
+                policy,
+                attempt: 0,
+                hint_until_ms: None,
+                last_trip: None,
+                since_ms: 0,
+                open_until_ms: 0,
+                probe_generation: 0,
+                probe_deadlines: vec![None; probes],
+                rng: seed(),
+            }),
+            needs_latency: config.trip.needs_latency(),
+            config,
+            epoch: Instant::now(),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.config.name
+    }
+
+    #[inline]
+    pub(crate) fn load(&self) -> Word {
+        Word(self.hot.0.word.load(Ordering::Acquire))
+    }
+
+    fn cas(&self, current: Word, next: Word) -> Result<(), Word> {
+        self.hot
+            .0
+            .word
+            .compare_exchange(current.0, next.0, Ordering::AcqRel, Ordering::Acquire)
+            .map(drop)
+            .map_err(Word)
+    }
+
+    fn now_ms(&self) -> u64 {
+        let elapsed = Instant::now().saturating_duration_since(self.epoch);
+        u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Book> {
+        // The lock is never held across user code, so a poisoned lock can
+        // only come from a bug in this crate; keep serving rather than panic.
+        self.book
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn count_rejection(&self) {
+        self.counters.0.rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_half_open_in(&self, generation: u32) -> bool {
+        let w = self.load();
+        w.tag() == Tag::HalfOpen && w.generation() == generation
+    }
+
+    /// Decides about one call. Closed costs one atomic load; open reads the
+    /// clock once; an elapsed open period is turned into half-open here, by
+    /// whichever caller sees it first.
+    #[inline]
+    pub(crate) fn admit(self: &Arc<Self>) -> Decision {
+        let w = self.load();
+        if w.tag() == Tag::Closed {
+            return Decision::Closed(w.generation());
+        }
+        self.admit_slow(w)
+    }
+
+    #[cold]
+    fn admit_slow(self: &Arc<Self>, mut w: Word) -> Decision {
+        let now = self.now_ms();
+        loop {
+            match w.tag() {
+                Tag::Closed => return Decision::Closed(w.generation()),
+                Tag::Open => {
+                    if now < w.open_until_ms() {
+                        return Decision::Reject {
+                            retry_after: Duration::from_millis(w.open_until_ms() - now),
+                            state: State::Open,
+                        };
+                    }
+                    let next = Word::half_open(w.next_generation(), 0, 0);
+                    match self.cas(w, next) {
+                        Ok(()) => {
+                            self.transition(State::Open, next, None, None).emit();
+                            w = next;
+                        }
+                        Err(actual) => w = actual,
+                    }
+                }
+                Tag::HalfOpen => {
+                    if w.in_flight() < self.config.probes {
+                        let next =
+                            Word::half_open(w.generation(), w.in_flight() + 1, w.successes());
+                        match self.cas(w, next) {
+                            Ok(()) => {
+                                self.counters.0.probes.fetch_add(1, Ordering::Relaxed);
+                                let slot = self.start_probe(w.generation(), now);
+                                return Decision::Probe(Permit::new(
+                                    Arc::clone(self),
+                                    w.generation(),
+                                    slot,
+                                ));
+                            }
+                            Err(actual) => {
+                                w = actual;
+                                continue;
+                            }
+                        }
+                    }
+                    let deadline = self.hot.0.probe_deadline_ms.load(Ordering::Acquire);
+                    if deadline != u64::MAX && now >= deadline {
+                        self.time_out_probes(w.generation(), now);
+                        w = self.load();
+                        continue;
+                    }
+                    let retry_after = if deadline == u64::MAX {
+                        Duration::ZERO
+                    } else {
+                        Duration::from_millis(deadline - now)
+                    };
+                    return Decision::Reject {
+                        retry_after,
+                        state: State::HalfOpen,
+                    };
+                }
+            }
+        }
+    }
+
+    /// Notes the deadline of a probe just admitted, so that any caller can
+    /// tell when it has run too long.
+    fn start_probe(&self, generation: u32, now: u64) -> Option<usize> {
+        let timeout = self.config.probe_timeout?;
+        let mut book = self.lock();
+        // A transition out of this half-open generation may have happened
+        // since the permit was taken; such a permit needs no deadline.
+        if !self.is_half_open_in(generation) {
+            return None;
+        }
+        if book.probe_generation != generation {
+            book.probe_generation = generation;
+            book.probe_deadlines.fill(None);
+        }
+        let slot = book.probe_deadlines.iter().position(Option::is_none)?;
+        book.probe_deadlines[slot] = Some(now.saturating_add(ceil_ms(timeout)));
+        self.publish_probe_deadline(&book);
+        Some(slot)
+    }
+
+    fn publish_probe_deadline(&self, book: &Book) {
+        let earliest = book.probe_deadlines.iter().flatten().min().copied();
+        self.hot
+            .0
+            .probe_deadline_ms
+            .store(earliest.unwrap_or(u64::MAX), Ordering::Release);
+    }
+
+    fn clear_probe(&self, book: &mut Book, generation: u32, slot: Option<usize>) {
+        if let Some(slot) = slot {
+            if book.probe_generation == generation {
+                if let Some(deadline) = book.probe_deadlines.get_mut(slot) {
+                    *deadline = None;
+                }
+                self.publish_probe_deadline(book);
+            }
+        }
+    }
+
+    /// Leaving half-open: no probe deadline applies any more.
+    fn forget_probes(&self, book: &mut Book) {
+        book.probe_deadlines.fill(None);
+        self.hot
+            .0
+            .probe_deadline_ms
+            .store(u64::MAX, Ordering::Release);
+    }
+
+    /// Gives back a permit whose call was ignored, cancelled or never made.
+    pub(crate) fn release_permit(&self, generation: u32, slot: Option<usize>) {
+        let mut w = self.load();
+        while w.tag() == Tag::HalfOpen && w.generation() == generation {
+            let next = Word::half_open(generation, w.in_flight().saturating_sub(1), w.successes());
+            match self.cas(w, next) {
+                Ok(()) => break,
+                Err(actual) => w = actual,
+            }
+        }
+        if slot.is_some() {
+            let mut book = self.lock();
+            self.clear_probe(&mut book, generation, slot);
+        }
+    }
+
+    pub(crate) fn probe_succeeded(&self, generation: u32, slot: Option<usize>) {
+        let mut book = self.lock();
+        let mut w = self.load();
+        loop {
+            if w.tag() != Tag::HalfOpen || w.generation() != generation {
+                self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            let successes = w.successes() + 1;
+            if successes < self.config.successes_to_close {
+                let next = Word::half_open(generation, w.in_flight().saturating_sub(1), successes);
+                match self.cas(w, next) {
+                    Ok(()) => {
+                        self.clear_probe(&mut book, generation, slot);
+                        return;
+                    }
+                    Err(actual) => w = actual,
+                }
+                continue;
+            }
+            let next = Word::closed(w.next_generation());
+            match self.cas(w, next) {
+                Ok(()) => {
+                    book.attempt = 0;
+                    book.hint_until_ms = None;
+                    book.since_ms = self.now_ms();
+                    book.policy.reset();
+                    self.forget_probes(&mut book);
+                    self.refresh_success_flag(&book);
+                    drop(book);
+                    self.transition(State::HalfOpen, next, None, None).emit();
+                    return;
+                }
+                Err(actual) => w = actual,
+            }
+        }
+    }
+
+    /// A probe failed: reopen. Its deadline slot goes with every other one.
+    pub(crate) fn probe_failed(&self, generation: u32, hint: Option<Duration>) {
+        self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
+        let mut book = self.lock();
+        let now = self.now_ms();
+        self.note_hint(&mut book, hint, now);
+        self.reopen(book, generation, now, TripReason::ProbeFailed);
+    }
+
+    /// A caller found every permit taken and the earliest probe past its
+    /// deadline: that probe counts as failed, and the open period starts
+    /// from its deadline, as if a timer had fired then.
+    fn time_out_probes(&self, generation: u32, now: u64) {
+        let book = self.lock();
+        if book.probe_generation != generation {
+            return;
+        }
+        let Some(deadline) = book.probe_deadlines.iter().flatten().min().copied() else {
+            return;
+        };
+        if deadline > now {
+            return;
+        }
+        self.reopen(book, generation, deadline, TripReason::ProbeTimedOut);
+    }
+
+    /// Half-open generation `generation` failed: open again for the next,
+    /// longer period, counted from `from_ms`.
+    fn reopen(
+        &self,
+        mut book: MutexGuard<'_, Book>,
+        generation: u32,
+        from_ms: u64,
+        reason: TripReason,
+    ) {
+        let mut w = self.load();
+        loop {
+            if w.tag() != Tag::HalfOpen || w.generation() != generation {
+                self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            book.attempt = book.attempt.saturating_add(1);
+            let until = self.open_until(&mut book, from_ms);
+            let next = Word::open(w.next_generation(), until);
+            match self.cas(w, next) {
+                Ok(()) => {
+                    book.last_trip = Some(reason.clone());
+                    book.since_ms = from_ms;
+                    book.open_until_ms = until;
+                    self.forget_probes(&mut book);
+                    self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
+                    drop(book);
+                    let now = self.now_ms();
+                    self.transition(
+                        State::HalfOpen,
+                        next,
+                        Some(reason),
+                        Some(Duration::from_millis(until.saturating_sub(now))),
+                    )
+                    .emit();
+                    return;
+                }
+                Err(actual) => {
+                    book.attempt -= 1;
+                    w = actual;
+                }
+            }
+        }
+    }
+
+    /// Records the outcome of a call admitted while closed in `generation`.
+    #[inline]
+    pub(crate) fn record_closed(
+        &self,
+        generation: u32,
+        outcome: Outcome,
+        hint: Option<Duration>,
+        elapsed: Option<Duration>,
+    ) {
+        match outcome {
+            Outcome::Ignore => {
+                self.counters.0.ignored.fetch_add(1, Ordering::Relaxed);
+            }
+            // The common case: nothing to reset, nothing to write.
+            Outcome::Success if !self.hot.0.success_matters.load(Ordering::Relaxed) => {}
+            _ => self.record_closed_slow(generation, outcome == Outcome::Failure, hint, elapsed),
+        }
+    }
+
+    #[cold]
+    fn record_closed_slow(
+        &self,
+        generation: u32,
+        failure: bool,
+        hint: Option<Duration>,
+        elapsed: Option<Duration>,
+    ) {
+        if failure {
+            self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut book = self.lock();
+        let w = self.load();
+        if w != Word::closed(generation) {
+            self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let now = self.now_ms();
+        if failure {
+            self.note_hint(&mut book, hint, now);
+        }
+        let Some(reason) = book.policy.record(Sample { failure, elapsed }, now) else {
+            self.refresh_success_flag(&book);
+            return;
+        };
+        let until = self.open_until(&mut book, now);
+        let next = Word::open(w.next_generation(), until);
+        // Under the lock nothing else changes a closed word, but stay correct
+        // if that ever stops being true: a lost race means the call is stale.
+        if self.cas(w, next).is_err() {
+            self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        book.policy.reset();
+        book.last_trip = Some(reason.clone());
+        book.since_ms = now;
+        book.open_until_ms = until;
+        self.refresh_success_flag(&book);
+        self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
+        drop(book);
+        self.transition(
+            State::Closed,
+            next,
+            Some(reason),
+            Some(Duration::from_millis(until - now)),
+        )
+        .emit();
+    }
+
+    fn refresh_success_flag(&self, book: &Book) {
+        let matters = book.policy.success_matters();
+        // Write only on change: the flag shares a line with the state word.
+        if self.hot.0.success_matters.load(Ordering::Relaxed) != matters {
+            self.hot.0.success_matters.store(matters, Ordering::Relaxed);
+        }
+    }
+
+    fn note_hint(&self, book: &mut Book, hint: Option<Duration>, now: u64) {
+        if let Some(hint) = hint {
+            let capped = ceil_ms(hint.min(self.config.max_open));
+            let until = now.saturating_add(capped);
+            book.hint_until_ms = Some(book.hint_until_ms.map_or(until, |u| u.max(until)));
+        }
+    }
+
+    /// End of the next open period, starting at `from_ms`: the policy's
+    /// period for this attempt, jittered, never under `min_open`, never under
+    /// an announced retry-after, never over `max_open`.
+    fn open_until(&self, book: &mut Book, from_ms: u64) -> u64 {
+        let c = &self.config;
+        let mut period = c.open_period(book.attempt);
+        if c.jitter > 0.0 {
+            let share = c.jitter * next_unit(&mut book.rng);
+            period = period.mul_f64(1.0 - share).max(c.min_open);
+        }
+        let mut until = from_ms.saturating_add(ceil_ms(period));
+        if let Some(hint) = book.hint_until_ms.take() {
+            until = until.max(hint);
+        }
+        until
+            .min(from_ms.saturating_add(ceil_ms(c.max_open)))
+            .min(MAX_DEADLINE_MS)
+    }
+
+    fn transition(
+        &self,
+        from: State,
+        to: Word,
+        reason: Option<TripReason>,
+        retry_after: Option<Duration>,
+    ) -> Transition {
+        Transition {
+            breaker: Arc::clone(self.name()),
+            from,
+            to: state_of(to),
+            generation: to.generation(),
+            reason,
+            retry_after,
+        }
+    }
+
+    /// The state as a reader should see it: an open breaker whose period
+    /// has ended reads as half-open, whether or not a caller has moved it.
+    pub(crate) fn state(&self) -> State {
+        let w = self.load();
+        match w.tag() {
+            Tag::Open if self.now_ms() >= w.open_until_ms() => State::HalfOpen,
+            _ => state_of(w),
+        }
+    }
+
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
+        let w = self.load();
+        let now = self.now_ms();
+        (w.tag() == Tag::Open && now < w.open_until_ms())
+            .then(|| Duration::from_millis(w.open_until_ms() - now))
+    }
+
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let book = self.lock();
+        let w = self.load();
+        let now = self.now_ms();
+        let state = match w.tag() {
+            Tag::Open if now >= w.open_until_ms() => State::HalfOpen,
+            _ => state_of(w),
+        };
+        let since = match w.tag() {
+            Tag::Open if now >= w.open_until_ms() => w.open_until_ms(),
+            Tag::HalfOpen => book.open_until_ms,
+            _ => book.since_ms,
+        };
+        let (probes_in_flight, probe_successes) = match w.tag() {
+            Tag::HalfOpen => (w.in_flight(), w.successes()),
+            _ => (0, 0),
+        };
+        let c = &self.counters.0;
+        Snapshot {
+            name: Arc::clone(self.name()),
+            state,
+            generation: w.generation(),
+            time_in_state: Duration::from_millis(now.saturating_sub(since)),
+            retry_after: (w.tag() == Tag::Open && now < w.open_until_ms())
+                .then(|| Duration::from_millis(w.open_until_ms() - now)),
+            probes_in_flight,
+            probe_successes,
+            failed_probe_rounds: book.attempt,
+            last_trip: book.last_trip.clone(),
+            policy: self.figures(&book, now),
+            counts: Counts {
+                rejected: c.rejected.load(Ordering::Relaxed),
+                failures: c.failures.load(Ordering::Relaxed),
+                ignored: c.ignored.load(Ordering::Relaxed),
+                stale: c.stale.load(Ordering::Relaxed),
+                opened: c.opened.load(Ordering::Relaxed),
+                probes: c.probes.load(Ordering::Relaxed),
+            },
+        }
+    }
+
+    fn figures(&self, book: &Book, now: u64) -> PolicyFigures {
+        book.policy.figures(now)
+    }
+}
+
+pub(crate) fn state_of(w: Word) -> State {
+    match w.tag() {
+        Tag::Closed => State::Closed,
+        Tag::Open => State::Open,
+        Tag::HalfOpen => State::HalfOpen,
+    }
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("name", self.name())
+            .field("word", &self.load())
+            .finish_non_exhaustive()
+    }
+}
+
+fn seed() -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(0x9e37_79b9_7f4a_7c15);
+    h.finish() | 1
+}
+
+/// A uniform number in [0, 1) from a xorshift generator.
+fn next_unit(state: &mut u64) -> f64 {
+    let mut x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}

@@ -1,0 +1,145 @@
+//! Classification: what an inner service's result says about its health.
+//!
+//! A [`Classify`] looks at the `Result` of each call and returns a
+//! [`Verdict`]: [`Success`](Outcome::Success), [`Failure`](Outcome::Failure)
+//! or [`Ignore`](Outcome::Ignore), optionally with a retry-after hint the
+//! upstream announced. Ignored outcomes count neither way and give back their
+//! probe permit: a `400 Bad Request` says nothing about the provider's health,
+//! so one bad client cannot open the circuit for everybody.
+//!
+//! Closures are classifiers:
+//!
+//! ```
+//! use tower_circuit_breaker::classify::{Classify, Outcome};
+//!
+//! #[derive(Debug)]
+//! enum ApiError { RateLimited, BadRequest, Down }
+//!
+//! let classify = |result: Result<&String, &ApiError>| match result {
+//!     Ok(_) => Outcome::Success,
+//!     Err(ApiError::BadRequest) => Outcome::Ignore,
+//!     Err(_) => Outcome::Failure,
+//! };
+//! let verdict = classify.classify(Err(&ApiError::BadRequest));
+//! assert_eq!(verdict.outcome(), Outcome::Ignore);
+//! ```
+
+mod http;
+
+use std::error::Error;
+use std::time::Duration;
+
+pub use self::http::{parse_retry_after, HttpClassifier};
+
+/// How one call counts toward the breaker's health.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The dependency worked.
+    Success,
+    /// The dependency failed in a way that may pass: a timeout, a refused
+    /// connection, a 5xx, a 429.
+    Failure,
+    /// The call says nothing about the dependency's health (a 400, a 401):
+    /// it counts neither way and returns its probe permit.
+    Ignore,
+}
+
+/// An [`Outcome`] and an optional retry-after hint read from the response.
+///
+/// A hint on a failure keeps the breaker open at least that long when it
+/// opens (capped by [`Config::max_open`](crate::Config::max_open)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    outcome: Outcome,
+    retry_after: Option<Duration>,
+}
+
+impl Verdict {
+    /// A verdict without a hint.
+    pub const fn new(outcome: Outcome) -> Self {
+        Verdict {
+            outcome,
+            retry_after: None,
+        }
+    }
+
+    /// Adds a retry-after hint.
+    pub const fn with_retry_after(mut self, retry_after: Duration) -> Self {
+        self.retry_after = Some(retry_after);
+        self
+    }
+
+    /// The outcome.
+    pub const fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// The hint, if the upstream gave one.
+    pub const fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+}
+
+impl From<Outcome> for Verdict {
+    fn from(outcome: Outcome) -> Self {
+        Verdict::new(outcome)
+    }
+}
+
+/// Decides how a call's result counts. Implemented by closures
+/// `Fn(Result<&T, &E>) -> impl Into<Verdict>`.
+pub trait Classify<T, E> {
+    /// Classifies one result.
+    fn classify(&self, result: Result<&T, &E>) -> Verdict;
+}
+
+impl<F, T, E, V> Classify<T, E> for F
+where
+    F: Fn(Result<&T, &E>) -> V,
+    V: Into<Verdict>,
+{
+    fn classify(&self, result: Result<&T, &E>) -> Verdict {
+        self(result).into()
+    }
+}
+
+/// The default classifier: every `Ok` is a success, every `Err` a failure.
+///
+/// ```
+/// use tower_circuit_breaker::classify::{Classify, ErrorsAsFailures, Outcome};
+///
+/// let c = ErrorsAsFailures;
+/// assert_eq!(Classify::<u8, ()>::classify(&c, Ok(&1)).outcome(), Outcome::Success);
+/// assert_eq!(Classify::<u8, ()>::classify(&c, Err(&())).outcome(), Outcome::Failure);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ErrorsAsFailures;
+
+impl<T, E> Classify<T, E> for ErrorsAsFailures {
+    fn classify(&self, result: Result<&T, &E>) -> Verdict {
+        match result {
+            Ok(_) => Verdict::new(Outcome::Success),
+            Err(_) => Verdict::new(Outcome::Failure),
+        }
+    }
+}
+
+/// Whether `tower::timeout`'s `Elapsed` is this error or in its source chain.
+///
+/// ```
+/// use tower::{timeout::error::Elapsed, BoxError};
+/// use tower_circuit_breaker::classify::is_timeout;
+///
+/// let err: BoxError = Elapsed::new().into();
+/// assert!(is_timeout(err.as_ref()));
+/// ```
+pub fn is_timeout(err: &(dyn Error + 'static)) -> bool {
+    let mut current = Some(err);
+    while let Some(e) = current {
+        if e.is::<tower::timeout::error::Elapsed>() {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}

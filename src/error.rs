@@ -1,0 +1,133 @@
+//! Errors: the open rejection callers see, and invalid configuration.
+
+use std::error::Error;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::State;
+
+/// The breaker refused a call without sending it: the circuit is open, or
+/// half-open with every probe permit taken.
+///
+/// It reaches the caller as the service's error type. With `tower`'s
+/// `BoxError` (the usual case behind `tower::timeout`), find it by downcast
+/// or with [`CircuitOpen::find`], which also looks through wrappers such as
+/// `tower::buffer`'s `ServiceError`:
+///
+/// ```
+/// use std::time::Duration;
+/// use tower::BoxError;
+/// use tower_circuit_breaker::CircuitOpen;
+///
+/// fn retry_hint(err: &BoxError) -> Option<Duration> {
+///     CircuitOpen::find(err.as_ref()).map(CircuitOpen::retry_after)
+/// }
+/// ```
+///
+/// Services with a typed error enum get it through `From<CircuitOpen>`.
+#[derive(Clone, Debug)]
+pub struct CircuitOpen {
+    name: Arc<str>,
+    retry_after: Duration,
+    state: State,
+}
+
+impl CircuitOpen {
+    pub(crate) fn new(name: Arc<str>, retry_after: Duration, state: State) -> Self {
+        CircuitOpen {
+            name,
+            retry_after,
+            state,
+        }
+    }
+
+    /// How long until the breaker may admit a call again: the rest of the
+    /// open period, or, when half-open with every probe in flight, the time
+    /// until those probes time out (zero when no probe timeout is set).
+    pub fn retry_after(&self) -> Duration {
+        self.retry_after
+    }
+
+    /// The name of the breaker that refused the call.
+    pub fn breaker(&self) -> &str {
+        &self.name
+    }
+
+    /// The state the breaker was in when it refused: [`State::Open`] or
+    /// [`State::HalfOpen`].
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// Finds a `CircuitOpen` in an error or anywhere in its source chain.
+    pub fn find<'a>(err: &'a (dyn Error + 'static)) -> Option<&'a CircuitOpen> {
+        let mut current = Some(err);
+        while let Some(e) = current {
+            if let Some(open) = e.downcast_ref::<CircuitOpen>() {
+                return Some(open);
+            }
+            current = e.source();
+        }
+        None
+    }
+}
+
+impl fmt::Display for CircuitOpen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "circuit breaker `{}` is {}; retry after {} ms",
+            self.name,
+            match self.state {
+                State::HalfOpen => "half-open with every probe in flight",
+                _ => "open",
+            },
+            self.retry_after.as_millis()
+        )
+    }
+}
+
+impl Error for CircuitOpen {}
+
+/// A configuration value is out of range or inconsistent with another.
+///
+/// Returned by [`ConfigBuilder::build`](crate::ConfigBuilder::build); names
+/// the field by its path, for example `trip.count_window.failures`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    field: String,
+    problem: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        ConfigError {
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+
+    /// Path of the offending field, such as `probes` or
+    /// `trip.any_of[1].time_window.failure_rate`.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    /// What is wrong with it.
+    pub fn problem(&self) -> &str {
+        &self.problem
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid circuit breaker config: `{}` {}",
+            self.field, self.problem
+        )
+    }
+}
+
+impl Error for ConfigError {}

@@ -1,0 +1,80 @@
+//! The tower [`Layer`]: every service it wraps shares one breaker.
+
+use tower_layer::Layer;
+
+use crate::breaker::Breaker;
+use crate::classify::ErrorsAsFailures;
+use crate::config::Config;
+use crate::service::CircuitBreaker;
+
+/// Wraps services in a [`CircuitBreaker`].
+///
+/// **Every service one layer wraps shares one breaker**: a layer stands for
+/// one dependency. Calling [`layer`](Layer::layer) twice does not make two
+/// breakers; build one layer per dependency (or use
+/// [`Breaker::layer`] to share a breaker you already hold).
+///
+/// ```
+/// use std::time::Duration;
+/// use tower::{ServiceBuilder, ServiceExt, service_fn, BoxError};
+/// use tower_circuit_breaker::{CircuitBreakerLayer, Config, State};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), BoxError> {
+/// let breaker = CircuitBreakerLayer::new(Config::builder().name("upstream").build()?);
+/// let handle = breaker.breaker();
+///
+/// let service = ServiceBuilder::new()
+///     .layer(breaker)
+///     .timeout(Duration::from_secs(30)) // inside: a hang becomes a failure it sees
+///     .service(service_fn(|req: &'static str| async move { Ok::<_, BoxError>(req.len()) }));
+///
+/// assert_eq!(service.oneshot("hello").await?, 5);
+/// assert_eq!(handle.state(), State::Closed);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct CircuitBreakerLayer<C = ErrorsAsFailures> {
+    breaker: Breaker,
+    classifier: C,
+}
+
+impl CircuitBreakerLayer {
+    /// A layer around a new breaker with `config` and the default
+    /// classifier (every `Err` is a failure).
+    pub fn new(config: Config) -> Self {
+        Self::from_breaker(Breaker::new(config))
+    }
+
+    /// A layer around an existing breaker.
+    pub fn from_breaker(breaker: Breaker) -> Self {
+        CircuitBreakerLayer {
+            breaker,
+            classifier: ErrorsAsFailures,
+        }
+    }
+}
+
+impl<C> CircuitBreakerLayer<C> {
+    /// Uses `classifier` to decide which results count as failures.
+    pub fn classify<C2>(self, classifier: C2) -> CircuitBreakerLayer<C2> {
+        CircuitBreakerLayer {
+            breaker: self.breaker,
+            classifier,
+        }
+    }
+
+    /// A handle to the breaker every wrapped service shares.
+    pub fn breaker(&self) -> Breaker {
+        self.breaker.clone()
+    }
+}
+
+impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C> {
+    type Service = CircuitBreaker<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        CircuitBreaker::with_classifier(inner, &self.breaker, self.classifier.clone())
+    }
+}

@@ -1,0 +1,95 @@
+//! A circuit breaker for [tower] services, built for dependencies that are
+//! slow and expensive when they fail: model providers, and any HTTP or gRPC
+//! upstream behind hyper, tonic, axum or a tower client.
+//!
+//! A degraded provider accepts a request, holds it and times out. Without a
+//! breaker every request pays the full timeout to learn what the previous one
+//! already knew. With one, the first few calls pay for the discovery; after
+//! them the breaker answers at once with [`CircuitOpen`] (carrying a
+//! retry-after), lets exactly `probes` calls through when it is time to look
+//! again, and closes only on evidence.
+//!
+//! # Quick start
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
+//! use tower_circuit_breaker::{CircuitBreakerLayer, CircuitOpen, Config};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), BoxError> {
+//! let layer = CircuitBreakerLayer::new(Config::builder().name("provider").build()?);
+//! let breaker = layer.breaker(); // read state and counters from here
+//!
+//! let client = ServiceBuilder::new()
+//!     .layer(layer) // outside the timeout...
+//!     .timeout(Duration::from_secs(30)) // ...so a hang is a failure it sees
+//!     .service(service_fn(|prompt: String| async move { Ok::<_, BoxError>(prompt.len()) }));
+//!
+//! match client.oneshot("hello".to_string()).await {
+//!     Ok(n) => println!("answered: {n}"),
+//!     Err(err) => match CircuitOpen::find(err.as_ref()) {
+//!         Some(open) => println!("skipped; retry in {:?}", open.retry_after()),
+//!         None => println!("failed: {err}"),
+//!     },
+//! }
+//! # let _ = breaker;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # How it behaves
+//!
+//! * **Admission** happens in `poll_ready`. Closed, it polls the inner
+//!   service. Open, it is ready at once without polling it, and `call`
+//!   refuses without calling it. It never returns `Err` from `poll_ready`
+//!   because a circuit is open: tower would discard the service.
+//! * **Half-open is derived from the clock**: open plus an elapsed open
+//!   period reads as half-open. No timer task exists that could be lost.
+//! * **Probes are reservations**: a half-open permit is taken in
+//!   `poll_ready`, moved into the response future by `call`, and given back
+//!   when the future completes, is dropped, or panics.
+//! * **The open period** starts at `cooldown`, grows by `backoff` on each
+//!   failed probe up to `max_open`, resets on close, is never shorter than
+//!   `min_open` nor than a retry-after the upstream announced (capped by
+//!   `max_open`).
+//! * **Generations**: every admitted call carries the generation it was
+//!   admitted in; an outcome arriving after the breaker moved on is dropped.
+//! * **Classification** decides what counts ([`classify`]): by default every
+//!   `Err` is a failure; [`HttpClassifier`](classify::HttpClassifier) ignores
+//!   4xx other than 408 and 429, so one bad client cannot open the circuit.
+//! * **Time** comes from `tokio::time`, so tests run on paused time.
+//! * **Transitions** are emitted once each as `tracing` events ([`events`]).
+//!
+//! # Where it sits in a stack
+//!
+//! Outermost first: failover → **circuit breaker** → retry → timeout →
+//! client. The timeout belongs inside, so a hang becomes a failure the
+//! breaker records; a timeout outside would cancel calls before they are
+//! recorded. A retry inside the breaker retries a single failed attempt; a
+//! retry outside must not retry a [`CircuitOpen`] before its `retry_after`.
+//!
+//! # Trip policies
+//!
+//! See [`policy`]: consecutive failures (default), count window, time
+//! window, slow calls, and any-of combinations.
+//!
+//! [tower]: https://docs.rs/tower
+
+#![warn(missing_docs)]
+
+mod breaker;
+pub mod classify;
+mod config;
+mod error;
+pub mod events;
+pub mod future;
+mod layer;
+pub mod policy;
+mod service;
+
+pub use breaker::{Breaker, Counts, Snapshot, State};
+pub use config::{Config, ConfigBuilder};
+pub use error::{CircuitOpen, ConfigError};
+pub use layer::CircuitBreakerLayer;
+pub use service::CircuitBreaker;

@@ -1,0 +1,93 @@
+//! Consecutive failures: trip after `threshold` failures in a row.
+
+use super::{Sample, TripReason};
+use crate::error::ConfigError;
+
+/// Trips after `threshold` failures in a row; any success starts the count
+/// again. The default policy (threshold 5).
+///
+/// Cheapest of the policies: a success only writes when it has a streak to
+/// reset, and no outcome needs the clock. It never catches a dependency that
+/// fails a steady fraction of calls (40% failures rarely line up five in a
+/// row); choose a window policy for that.
+///
+/// ```
+/// use tower_circuit_breaker::{policy::ConsecutiveFailures, Config};
+///
+/// let config = Config::builder().trip(ConsecutiveFailures::new(3)).build()?;
+/// # Ok::<_, tower_circuit_breaker::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsecutiveFailures {
+    threshold: u32,
+}
+
+impl ConsecutiveFailures {
+    /// Trip after `threshold` failures in a row (at least 1).
+    pub fn new(threshold: u32) -> Self {
+        ConsecutiveFailures { threshold }
+    }
+
+    /// The number of failures in a row that trips the breaker.
+    pub fn threshold(&self) -> u32 {
+        self.threshold
+    }
+
+    pub(crate) fn validate(&self, path: &str) -> Result<(), ConfigError> {
+        if self.threshold == 0 {
+            return Err(ConfigError::new(
+                format!("{path}.threshold"),
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for ConsecutiveFailures {
+    fn default() -> Self {
+        ConsecutiveFailures::new(5)
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Streak {
+    threshold: u32,
+    failures: u32,
+}
+
+impl Streak {
+    pub(crate) fn new(policy: &ConsecutiveFailures) -> Self {
+        Streak {
+            threshold: policy.threshold,
+            failures: 0,
+        }
+    }
+
+    pub(crate) fn record(&mut self, sample: Sample) -> Option<TripReason> {
+        if !sample.failure {
+            self.failures = 0;
+            return None;
+        }
+        self.failures = self.failures.saturating_add(1);
+        (self.failures >= self.threshold).then_some(TripReason::ConsecutiveFailures {
+            failures: self.failures,
+        })
+    }
+
+    pub(crate) fn success_matters(&self) -> bool {
+        self.failures > 0
+    }
+
+    pub(crate) fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    pub(crate) fn threshold(&self) -> u32 {
+        self.threshold
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.failures = 0;
+    }
+}

@@ -1,0 +1,328 @@
+//! Trip policies: pure decisions that take outcomes in and say when to open.
+//!
+//! A policy sees only closed-state outcomes of the current generation; the
+//! breaker resets it whenever it opens. Choose one, or combine several with
+//! [`TripPolicy::any_of`]:
+//!
+//! | policy | trips when | choose it when |
+//! | --- | --- | --- |
+//! | [`ConsecutiveFailures`] | `k` failures in a row | a dependency is either up or down (the default, `k = 5`) |
+//! | [`CountWindow`] | `k` of the last `N` outcomes failed | failures interleave with successes; traffic is bursty |
+//! | [`TimeWindow`] | failure share over a time window reaches a rate | traffic is steady and a rate means something |
+//! | [`SlowCalls`] | share of slow calls reaches a rate | the dependency degrades by slowing down before it fails |
+//! | [`TripPolicy::any_of`] | any member trips | you want a fast trip on a hard outage and a rate for partial ones |
+
+mod consecutive;
+mod count_window;
+mod slow_calls;
+mod time_window;
+
+use std::fmt;
+use std::time::Duration;
+
+pub use consecutive::ConsecutiveFailures;
+pub use count_window::CountWindow;
+pub use slow_calls::{SlowCalls, Window};
+pub use time_window::TimeWindow;
+
+use crate::error::ConfigError;
+
+/// The rule that decides when a closed breaker opens.
+///
+/// Build one from a policy type (`ConsecutiveFailures::new(5).into()`) or
+/// pass the policy type straight to [`ConfigBuilder::trip`].
+///
+/// [`ConfigBuilder::trip`]: crate::ConfigBuilder::trip
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum TripPolicy {
+    /// See [`ConsecutiveFailures`].
+    ConsecutiveFailures(ConsecutiveFailures),
+    /// See [`CountWindow`].
+    CountWindow(CountWindow),
+    /// See [`TimeWindow`].
+    TimeWindow(TimeWindow),
+    /// See [`SlowCalls`].
+    SlowCalls(SlowCalls),
+    /// Trips when any member trips; the first member (in order) that trips
+    /// is the one the transition names.
+    AnyOf(Vec<TripPolicy>),
+}
+
+impl TripPolicy {
+    /// Combine policies: the breaker opens as soon as any of them trips.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::policy::{ConsecutiveFailures, TimeWindow, TripPolicy};
+    ///
+    /// let policy = TripPolicy::any_of([
+    ///     TripPolicy::from(ConsecutiveFailures::new(5)),
+    ///     TimeWindow::new(Duration::from_secs(60)).failure_rate(0.3).into(),
+    /// ]);
+    /// ```
+    pub fn any_of(policies: impl IntoIterator<Item = TripPolicy>) -> Self {
+        TripPolicy::AnyOf(policies.into_iter().collect())
+    }
+
+    pub(crate) fn validate(&self, path: &str) -> Result<(), ConfigError> {
+        match self {
+            TripPolicy::ConsecutiveFailures(p) => {
+                p.validate(&format!("{path}.consecutive_failures"))
+            }
+            TripPolicy::CountWindow(p) => p.validate(&format!("{path}.count_window")),
+            TripPolicy::TimeWindow(p) => p.validate(&format!("{path}.time_window")),
+            TripPolicy::SlowCalls(p) => p.validate(&format!("{path}.slow_calls")),
+            TripPolicy::AnyOf(list) => {
+                if list.is_empty() {
+                    return Err(ConfigError::new(
+                        format!("{path}.any_of"),
+                        "must hold at least one policy",
+                    ));
+                }
+                list.iter()
+                    .enumerate()
+                    .try_for_each(|(i, p)| p.validate(&format!("{path}.any_of[{i}]")))
+            }
+        }
+    }
+
+    /// Whether calls must be timed.
+    pub(crate) fn needs_latency(&self) -> bool {
+        match self {
+            TripPolicy::SlowCalls(_) => true,
+            TripPolicy::AnyOf(list) => list.iter().any(TripPolicy::needs_latency),
+            _ => false,
+        }
+    }
+}
+
+impl Default for TripPolicy {
+    fn default() -> Self {
+        ConsecutiveFailures::default().into()
+    }
+}
+
+macro_rules! from_policy {
+    ($($ty:ident),*) => {$(
+        impl From<$ty> for TripPolicy {
+            fn from(policy: $ty) -> Self {
+                TripPolicy::$ty(policy)
+            }
+        }
+    )*};
+}
+from_policy!(ConsecutiveFailures, CountWindow, TimeWindow, SlowCalls);
+
+/// Why a breaker opened: the policy that tripped and its figures, or a
+/// failed probe.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum TripReason {
+    /// [`ConsecutiveFailures`] tripped after `failures` in a row.
+    ConsecutiveFailures {
+        /// Failures in a row.
+        failures: u32,
+    },
+    /// [`CountWindow`] tripped with `failures` of the last `window` outcomes.
+    CountWindow {
+        /// Failures counted in the window.
+        failures: u32,
+        /// Size of the window.
+        window: u32,
+    },
+    /// [`TimeWindow`] tripped with `failures` of `calls` in the window.
+    FailureRate {
+        /// Failures in the window.
+        failures: u32,
+        /// Calls in the window.
+        calls: u32,
+    },
+    /// [`SlowCalls`] tripped with `slow` of `calls` in the window.
+    SlowCallRate {
+        /// Slow calls in the window.
+        slow: u32,
+        /// Calls in the window.
+        calls: u32,
+    },
+    /// A half-open probe failed.
+    ProbeFailed,
+    /// A half-open probe was still running after the probe timeout.
+    ProbeTimedOut,
+}
+
+impl TripReason {
+    /// A short name for the policy or event behind this reason, for logs and
+    /// metric labels.
+    pub fn policy(&self) -> &'static str {
+        match self {
+            TripReason::ConsecutiveFailures { .. } => "consecutive_failures",
+            TripReason::CountWindow { .. } => "count_window",
+            TripReason::FailureRate { .. } => "time_window",
+            TripReason::SlowCallRate { .. } => "slow_calls",
+            TripReason::ProbeFailed => "probe_failed",
+            TripReason::ProbeTimedOut => "probe_timed_out",
+        }
+    }
+}
+
+impl fmt::Display for TripReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TripReason::ConsecutiveFailures { failures } => {
+                write!(f, "{failures} consecutive failures")
+            }
+            TripReason::CountWindow { failures, window } => {
+                write!(f, "{failures} failures in the last {window} calls")
+            }
+            TripReason::FailureRate { failures, calls } => {
+                write!(
+                    f,
+                    "{failures} failures in {calls} calls within the time window"
+                )
+            }
+            TripReason::SlowCallRate { slow, calls } => {
+                write!(f, "{slow} slow calls in {calls} calls")
+            }
+            TripReason::ProbeFailed => f.write_str("half-open probe failed"),
+            TripReason::ProbeTimedOut => f.write_str("half-open probe timed out"),
+        }
+    }
+}
+
+/// A policy's current figures, as shown by a [`Snapshot`](crate::Snapshot).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum PolicyFigures {
+    /// Failures in a row so far, and the threshold.
+    ConsecutiveFailures {
+        /// Failures in a row.
+        failures: u32,
+        /// Threshold that trips.
+        threshold: u32,
+    },
+    /// Failures inside the window (by count and age), the failures that trip,
+    /// and the window size.
+    CountWindow {
+        /// Failures in the window.
+        failures: u32,
+        /// Failures that trip.
+        threshold: u32,
+        /// Size of the window.
+        window: u32,
+    },
+    /// Calls and failures inside the time window.
+    TimeWindow {
+        /// Calls in the window.
+        calls: u32,
+        /// Failures in the window.
+        failures: u32,
+    },
+    /// Calls and slow calls inside the window.
+    SlowCalls {
+        /// Calls in the window.
+        calls: u32,
+        /// Slow calls in the window.
+        slow: u32,
+    },
+    /// Figures of each member, in order.
+    AnyOf(Vec<PolicyFigures>),
+}
+
+/// One recorded closed-state outcome.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sample {
+    pub(crate) failure: bool,
+    /// The call's latency, when a policy times calls.
+    pub(crate) elapsed: Option<Duration>,
+}
+
+/// The running state of a [`TripPolicy`].
+#[derive(Debug)]
+pub(crate) enum PolicyState {
+    Consecutive(consecutive::Streak),
+    CountWindow(count_window::Ring),
+    TimeWindow(time_window::FailureRate),
+    SlowCalls(slow_calls::SlowRate),
+    AnyOf(Vec<PolicyState>),
+}
+
+impl PolicyState {
+    pub(crate) fn new(policy: &TripPolicy) -> Self {
+        match policy {
+            TripPolicy::ConsecutiveFailures(p) => {
+                PolicyState::Consecutive(consecutive::Streak::new(p))
+            }
+            TripPolicy::CountWindow(p) => PolicyState::CountWindow(count_window::Ring::new(p)),
+            TripPolicy::TimeWindow(p) => PolicyState::TimeWindow(time_window::FailureRate::new(p)),
+            TripPolicy::SlowCalls(p) => PolicyState::SlowCalls(slow_calls::SlowRate::new(p)),
+            TripPolicy::AnyOf(list) => {
+                PolicyState::AnyOf(list.iter().map(PolicyState::new).collect())
+            }
+        }
+    }
+
+    /// Records one outcome; returns the reason to trip, if any. In an any-of,
+    /// every member records the outcome and the first that trips is named.
+    pub(crate) fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
+        match self {
+            PolicyState::Consecutive(p) => p.record(sample),
+            PolicyState::CountWindow(p) => p.record(sample, now_ms),
+            PolicyState::TimeWindow(p) => p.record(sample, now_ms),
+            PolicyState::SlowCalls(p) => p.record(sample, now_ms),
+            PolicyState::AnyOf(list) => list
+                .iter_mut()
+                .map(|p| p.record(sample, now_ms))
+                .fold(None, |first, trip| first.or(trip)),
+        }
+    }
+
+    /// Whether a success could change this policy's state. When it cannot,
+    /// the breaker skips recording successes altogether.
+    pub(crate) fn success_matters(&self) -> bool {
+        match self {
+            PolicyState::Consecutive(p) => p.success_matters(),
+            PolicyState::CountWindow(p) => p.success_matters(),
+            PolicyState::TimeWindow(_) | PolicyState::SlowCalls(_) => true,
+            PolicyState::AnyOf(list) => list.iter().any(PolicyState::success_matters),
+        }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        match self {
+            PolicyState::Consecutive(p) => p.reset(),
+            PolicyState::CountWindow(p) => p.reset(),
+            PolicyState::TimeWindow(p) => p.reset(),
+            PolicyState::SlowCalls(p) => p.reset(),
+            PolicyState::AnyOf(list) => list.iter_mut().for_each(PolicyState::reset),
+        }
+    }
+
+    pub(crate) fn figures(&self, now_ms: u64) -> PolicyFigures {
+        match self {
+            PolicyState::Consecutive(p) => PolicyFigures::ConsecutiveFailures {
+                failures: p.failures(),
+                threshold: p.threshold(),
+            },
+            PolicyState::CountWindow(p) => {
+                let (threshold, window) = p.limits();
+                PolicyFigures::CountWindow {
+                    failures: p.counted(now_ms),
+                    threshold,
+                    window,
+                }
+            }
+            PolicyState::TimeWindow(p) => {
+                let (calls, failures) = p.totals(now_ms);
+                PolicyFigures::TimeWindow { calls, failures }
+            }
+            PolicyState::SlowCalls(p) => {
+                let (calls, slow) = p.totals(now_ms);
+                PolicyFigures::SlowCalls { calls, slow }
+            }
+            PolicyState::AnyOf(list) => {
+                PolicyFigures::AnyOf(list.iter().map(|p| p.figures(now_ms)).collect())
+            }
+        }
+    }
+}

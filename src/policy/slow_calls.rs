@@ -1,0 +1,210 @@
+//! Slow calls: trip on the share of calls slower than a threshold.
+
+use std::time::Duration;
+
+use super::time_window::{trips, validate_min_calls, validate_rate, validate_time, Buckets};
+use super::{Sample, TripReason};
+use crate::error::ConfigError;
+
+/// The largest count window a slow-call policy may keep (one byte per call).
+pub(crate) const MAX_CALLS: u32 = 1_000_000;
+
+/// Which outcomes a rate is computed over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Window {
+    /// The last `n` recorded calls.
+    Calls(u32),
+    /// The last stretch of time, split into buckets that age out one by one.
+    Time {
+        /// Length of the window.
+        length: Duration,
+        /// Number of buckets.
+        buckets: u32,
+    },
+}
+
+/// Trips when the share of calls slower than `slower_than` reaches `rate`
+/// over a window of calls or of time, once `min_calls` calls were recorded.
+///
+/// A call counts as slow whatever its outcome (a slow success is still a
+/// sign of a struggling dependency); ignored outcomes count neither way.
+/// Measuring latency reads the clock twice per call. Defaults: rate 0.5 over
+/// the last 100 calls, at least 10 calls.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_circuit_breaker::{policy::SlowCalls, Config};
+///
+/// let config = Config::builder()
+///     .trip(SlowCalls::new(Duration::from_secs(10)).rate(0.8).over_calls(50))
+///     .build()?;
+/// # Ok::<_, tower_circuit_breaker::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlowCalls {
+    slower_than: Duration,
+    rate: f64,
+    window: Window,
+    min_calls: u32,
+}
+
+impl SlowCalls {
+    /// Calls slower than `slower_than` count as slow.
+    pub fn new(slower_than: Duration) -> Self {
+        SlowCalls {
+            slower_than,
+            rate: 0.5,
+            window: Window::Calls(100),
+            min_calls: 10,
+        }
+    }
+
+    /// Slow share, in (0, 1], at or above which the breaker trips.
+    pub fn rate(mut self, rate: f64) -> Self {
+        self.rate = rate;
+        self
+    }
+
+    /// Judge over the last `calls` calls.
+    pub fn over_calls(mut self, calls: u32) -> Self {
+        self.window = Window::Calls(calls);
+        self
+    }
+
+    /// Judge over the last `length` of time, split into `buckets`.
+    pub fn over_time(mut self, length: Duration, buckets: u32) -> Self {
+        self.window = Window::Time { length, buckets };
+        self
+    }
+
+    /// Calls the window must hold before it judges.
+    pub fn min_calls(mut self, calls: u32) -> Self {
+        self.min_calls = calls;
+        self
+    }
+
+    /// The latency above which a call is slow.
+    pub fn threshold(&self) -> Duration {
+        self.slower_than
+    }
+
+    pub(crate) fn validate(&self, path: &str) -> Result<(), ConfigError> {
+        if self.slower_than.is_zero() {
+            return Err(ConfigError::new(
+                format!("{path}.slower_than"),
+                "must be longer than zero",
+            ));
+        }
+        validate_rate(path, "rate", self.rate)?;
+        validate_min_calls(path, self.min_calls)?;
+        match self.window {
+            Window::Calls(n) => {
+                if n == 0 || n > MAX_CALLS {
+                    return Err(ConfigError::new(
+                        format!("{path}.window.calls"),
+                        format!("must be between 1 and {MAX_CALLS}"),
+                    ));
+                }
+                if self.min_calls > n {
+                    return Err(ConfigError::new(
+                        format!("{path}.min_calls"),
+                        format!("must be at most the window ({n} calls)"),
+                    ));
+                }
+                Ok(())
+            }
+            Window::Time { length, buckets } => {
+                validate_time(&format!("{path}.window"), "length", length, buckets)
+            }
+        }
+    }
+}
+
+/// The last `n` calls as a ring of slow/not-slow flags.
+#[derive(Debug)]
+struct CallRing {
+    slow: Vec<bool>,
+    next: usize,
+    filled: u32,
+    hits: u32,
+}
+
+impl CallRing {
+    fn add(&mut self, hit: bool) {
+        let len = self.slow.len();
+        if self.filled as usize == len {
+            self.hits -= self.slow[self.next] as u32;
+        } else {
+            self.filled += 1;
+        }
+        self.slow[self.next] = hit;
+        self.hits += hit as u32;
+        self.next = (self.next + 1) % len;
+    }
+}
+
+#[derive(Debug)]
+enum Counter {
+    Calls(CallRing),
+    Time(Buckets),
+}
+
+/// Slow-call-rate verdict.
+#[derive(Debug)]
+pub(crate) struct SlowRate {
+    slower_than: Duration,
+    rate: f64,
+    min_calls: u32,
+    counter: Counter,
+}
+
+impl SlowRate {
+    pub(crate) fn new(policy: &SlowCalls) -> Self {
+        let counter = match policy.window {
+            Window::Calls(n) => Counter::Calls(CallRing {
+                slow: vec![false; n as usize],
+                next: 0,
+                filled: 0,
+                hits: 0,
+            }),
+            Window::Time { length, buckets } => Counter::Time(Buckets::new(length, buckets)),
+        };
+        SlowRate {
+            slower_than: policy.slower_than,
+            rate: policy.rate,
+            min_calls: policy.min_calls,
+            counter,
+        }
+    }
+
+    pub(crate) fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
+        let slow = sample.elapsed.is_some_and(|e| e > self.slower_than);
+        match &mut self.counter {
+            Counter::Calls(ring) => ring.add(slow),
+            Counter::Time(buckets) => buckets.add(slow, now_ms),
+        }
+        let (calls, slow) = self.totals(now_ms);
+        trips(calls, slow, self.min_calls, self.rate)
+            .then_some(TripReason::SlowCallRate { slow, calls })
+    }
+
+    pub(crate) fn totals(&self, now_ms: u64) -> (u32, u32) {
+        match &self.counter {
+            Counter::Calls(ring) => (ring.filled, ring.hits),
+            Counter::Time(buckets) => buckets.totals(now_ms),
+        }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        match &mut self.counter {
+            Counter::Calls(ring) => {
+                ring.slow.fill(false);
+                ring.next = 0;
+                ring.filled = 0;
+                ring.hits = 0;
+            }
+            Counter::Time(buckets) => buckets.reset(),
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The tower [`Service`]: admission in `poll_ready`, rejection in `call`.
+
+use std::fmt;
+use std::mem;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower_service::Service;
+
+use crate::breaker::admission::{Decision, Permit};
+use crate::breaker::shared::Shared;
+use crate::breaker::Breaker;
+use crate::classify::{Classify, ErrorsAsFailures};
+use crate::error::CircuitOpen;
+use crate::future::{Admission, ResponseFuture};
+use crate::State;
+
+/// What one service clone needs, held privately by that clone so that the
+/// reference count each response future takes is not shared between threads.
+pub(crate) struct Local<C> {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) name: Arc<str>,
+    pub(crate) classifier: C,
+}
+
+impl<C: Clone> Local<C> {
+    fn new(shared: Arc<Shared>, classifier: C) -> Arc<Self> {
+        // A private copy of the name: rejections clone it without touching a
+        // reference count other clones use.
+        let name = Arc::from(&**shared.name());
+        Arc::new(Local {
+            shared,
+            name,
+            classifier,
+        })
+    }
+}
+
+/// What the last `poll_ready` found; consumed by the next `call`.
+enum Readiness {
+    /// No `poll_ready` since the last `call`.
+    Unchecked,
+    /// Closed: the inner service was polled ready.
+    Closed,
+    /// Half-open: this clone holds a probe permit (a reservation).
+    Probe(Permit),
+    /// Open: `call` will refuse with this, unless the state word has moved.
+    Reject {
+        word: u64,
+        retry_after: Duration,
+        state: State,
+    },
+}
+
+/// A service guarded by a circuit breaker. Built by [`CircuitBreakerLayer`].
+///
+/// * **Closed**: `poll_ready` polls the inner service; `call` calls it; the
+///   response future records the outcome through the classifier.
+/// * **Open**: `poll_ready` returns `Ready(Ok(()))` at once **without polling
+///   the inner service**, and `call` returns [`CircuitOpen`] **without calling
+///   it**. `poll_ready` never fails because the circuit is open: tower treats
+///   an error from `poll_ready` as a dead service (`Buffer` would fail for
+///   good, a balancer would evict the endpoint).
+/// * **Half-open**: `poll_ready` reserves one of the `probes` permits before
+///   polling the inner service; `call` moves it into the response future,
+///   which gives it back when it completes, is dropped, or panics. A clone
+///   dropped while holding a reservation gives it back too.
+///
+/// Its error type is the inner service's, which must be able to hold a
+/// [`CircuitOpen`] (`From<CircuitOpen>`): tower's `BoxError` can, so stacks
+/// with `tower::timeout` inside work as they are, and inner errors pass
+/// through untouched.
+///
+/// Cloning allocates a small per-clone handle; clone once per task or
+/// connection (as `Buffer` and balancers do), not once per request.
+///
+/// ```
+/// use tower::{service_fn, Service, ServiceExt, BoxError};
+/// use tower_circuit_breaker::{policy::ConsecutiveFailures, Breaker, CircuitBreaker, CircuitOpen, Config, State};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), BoxError> {
+/// let breaker = Breaker::new(Config::builder().trip(ConsecutiveFailures::new(1)).build()?);
+/// let mut svc = CircuitBreaker::new(
+///     service_fn(|fail: bool| async move { if fail { Err(BoxError::from("down")) } else { Ok(()) } }),
+///     &breaker,
+/// );
+///
+/// assert!(svc.ready().await?.call(true).await.is_err()); // a failure trips it
+/// assert_eq!(breaker.state(), State::Open);
+/// let err = svc.ready().await?.call(false).await.unwrap_err(); // refused, not sent
+/// assert!(CircuitOpen::find(err.as_ref()).is_some());
+/// # Ok(())
+/// # }
+/// ```
+///
+/// [`CircuitBreakerLayer`]: crate::CircuitBreakerLayer
+pub struct CircuitBreaker<S, C = ErrorsAsFailures> {
+    inner: S,
+    local: Arc<Local<C>>,
+    ready: Readiness,
+}
+
+impl<S> CircuitBreaker<S> {
+    /// Guards `inner` with `breaker`, classifying every `Err` as a failure.
+    pub fn new(inner: S, breaker: &Breaker) -> Self {
+        Self::with_classifier(inner, breaker, ErrorsAsFailures)
+    }
+}
+
+impl<S, C: Clone> CircuitBreaker<S, C> {
+    /// Guards `inner` with `breaker` and a classifier.
+    pub fn with_classifier(inner: S, breaker: &Breaker, classifier: C) -> Self {
+        CircuitBreaker {
+            inner,
+            local: Local::new(Arc::clone(&breaker.shared), classifier),
+            ready: Readiness::Unchecked,
+        }
+    }
+}
+
+impl<S, C> CircuitBreaker<S, C> {
+    /// A handle to the breaker.
+    pub fn breaker(&self) -> Breaker {
+        Breaker {
+            shared: Arc::clone(&self.local.shared),
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes the breaker service, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    fn reject(&self, retry_after: Duration, state: State) -> CircuitOpen {
+        self.local.shared.count_rejection();
+        CircuitOpen::new(Arc::clone(&self.local.name), retry_after, state)
+    }
+}
+
+impl<S, C, Req> Service<Req> for CircuitBreaker<S, C>
+where
+    S: Service<Req>,
+    S::Error: From<CircuitOpen>,
+    C: Classify<S::Response, S::Error>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, C>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // A permit reserved by an earlier poll that returned `Pending` is kept
+        // while it belongs to the current half-open generation.
+        if let Readiness::Probe(permit) = &self.ready {
+            if !permit.is_current() {
+                self.ready = Readiness::Unchecked;
+            }
+        }
+        if !matches!(self.ready, Readiness::Probe(_)) {
+            self.ready = match self.local.shared.admit() {
+                Decision::Closed(_) => Readiness::Closed,
+                Decision::Probe(permit) => Readiness::Probe(permit),
+                Decision::Reject { retry_after, state } => {
+                    // Open: ready at once, without polling the inner service;
+                    // `call` refuses. Never `Err`: tower would discard us.
+                    self.ready = Readiness::Reject {
+                        word: self.local.shared.load().0,
+                        retry_after,
+                        state,
+                    };
+                    return Poll::Ready(Ok(()));
+                }
+            };
+        }
+        match self.inner.poll_ready(cx) {
+            Poll::Ready(Err(e)) => {
+                // The inner service is broken; a reserved permit goes back.
+                self.ready = Readiness::Unchecked;
+                Poll::Ready(Err(e))
+            }
+            other => other,
+        }
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        // Readiness counts once: the next call needs a new `poll_ready`.
+        let admission = match mem::replace(&mut self.ready, Readiness::Unchecked) {
+            Readiness::Probe(permit) if permit.is_current() => Admission::Probe(permit),
+            Readiness::Reject {
+                word,
+                retry_after,
+                state,
+            } if self.local.shared.load().0 == word => {
+                return ResponseFuture::rejected(self.reject(retry_after, state));
+            }
+            // Closed at `poll_ready`, or the state moved since: decide again,
+            // so a breaker that opened in between refuses without calling.
+            _ => match self.local.shared.admit() {
+                Decision::Closed(generation) => Admission::Closed(generation),
+                Decision::Probe(permit) => Admission::Probe(permit),
+                Decision::Reject { retry_after, state } => {
+                    return ResponseFuture::rejected(self.reject(retry_after, state));
+                }
+            },
+        };
+        let start = self.local.shared.needs_latency.then(Instant::now);
+        // If `call` panics, `admission` is dropped while unwinding and a
+        // probe permit goes back.
+        let future = self.inner.call(req);
+        ResponseFuture::called(future, Arc::clone(&self.local), admission, start)
+    }
+}
+
+impl<S: Clone, C: Clone> Clone for CircuitBreaker<S, C> {
+    fn clone(&self) -> Self {
+        CircuitBreaker {
+            inner: self.inner.clone(),
+            // Each clone gets its own handle, and no readiness: a reservation
+            // belongs to the clone that made it.
+            local: Local::new(
+                Arc::clone(&self.local.shared),
+                self.local.classifier.clone(),
+            ),
+            ready: Readiness::Unchecked,
+        }
+    }
+}
+
+impl<S: fmt::Debug, C> fmt::Debug for CircuitBreaker<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreaker")
+            .field("inner", &self.inner)
+            .field("breaker", &self.local.shared)
+            .finish_non_exhaustive()
+    }
+}
