@@ -3,7 +3,6 @@
 use std::future::Future;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
@@ -12,35 +11,34 @@ use tokio::time::Instant;
 use crate::breaker::admission::Permit;
 use crate::classify::{Classify, Outcome, Verdict};
 use crate::error::CircuitOpen;
-use crate::service::Local;
+use crate::local::{Lease, Local};
 
-/// How a call was admitted; consumed when its outcome is recorded.
-#[derive(Debug)]
-pub(crate) enum Admission {
-    /// Closed, in this generation.
-    Closed(u32),
-    /// A half-open probe holding its permit.
-    Probe(Permit),
-}
-
-impl Admission {
-    fn record<C>(self, local: &Local<C>, verdict: Verdict, start: Option<Instant>) {
-        match self {
-            Admission::Closed(generation) => local.shared.record_closed(
-                generation,
-                verdict.outcome(),
-                verdict.retry_after(),
-                start.map(|s| s.elapsed()),
-            ),
-            Admission::Probe(permit) => match verdict.outcome() {
-                Outcome::Success => permit.succeed(),
-                Outcome::Failure => permit.fail(verdict.retry_after()),
-                Outcome::Ignore => {
-                    local.shared.record_closed(0, Outcome::Ignore, None, None);
-                    drop(permit);
-                }
-            },
-        }
+/// Records a call's verdict: in the closed generation that admitted it, or
+/// as a probe through its permit.
+fn record<C>(
+    local: &Local<C>,
+    generation: u32,
+    permit: Option<Permit>,
+    verdict: Verdict,
+    start: Option<Instant>,
+) {
+    match permit {
+        None => local.shared.record_closed(
+            generation,
+            verdict.outcome(),
+            verdict.retry_after(),
+            start.map(|s| s.elapsed()),
+        ),
+        Some(permit) => match verdict.outcome() {
+            Outcome::Success => permit.succeed(),
+            Outcome::Failure => permit.fail(verdict.retry_after()),
+            Outcome::Ignore => {
+                local
+                    .shared
+                    .record_closed(generation, Outcome::Ignore, None, None);
+                drop(permit);
+            }
+        },
     }
 }
 
@@ -62,8 +60,14 @@ pin_project! {
         Called {
             #[pin]
             future: F,
-            local: Arc<Local<C>>,
-            admission: Option<Admission>,
+            local: Lease<C>,
+            // The closed generation that admitted the call (probes: the
+            // half-open one), and a probe's permit. Each field is written
+            // where it lives: building an enum and moving it here costs a
+            // store-forwarding stall on the hot path.
+            generation: u32,
+            permit: Option<Permit>,
+            recorded: bool,
             start: Option<Instant>,
         },
         Rejected {
@@ -75,15 +79,18 @@ pin_project! {
 impl<F, C> ResponseFuture<F, C> {
     pub(crate) fn called(
         future: F,
-        local: Arc<Local<C>>,
-        admission: Admission,
+        local: Lease<C>,
+        generation: u32,
+        permit: Option<Permit>,
         start: Option<Instant>,
     ) -> Self {
         ResponseFuture {
             kind: Kind::Called {
                 future,
                 local,
-                admission: Some(admission),
+                generation,
+                permit,
+                recorded: false,
                 start,
             },
         }
@@ -113,7 +120,9 @@ where
             KindProj::Called {
                 future,
                 local,
-                admission,
+                generation,
+                permit,
+                recorded,
                 start,
             } => {
                 // A panic in the inner future or the classifier is a failure:
@@ -122,23 +131,27 @@ where
                     Ok(Poll::Pending) => return Poll::Pending,
                     Ok(Poll::Ready(output)) => output,
                     Err(panic) => {
-                        if let Some(admission) = admission.take() {
-                            admission.record(local, Verdict::new(Outcome::Failure), *start);
+                        if !*recorded {
+                            *recorded = true;
+                            let failure = Verdict::new(Outcome::Failure);
+                            record(local, *generation, permit.take(), failure, *start);
                         }
                         resume_unwind(panic)
                     }
                 };
-                if let Some(admission) = admission.take() {
+                if !*recorded {
+                    *recorded = true;
                     let verdict = match catch_unwind(AssertUnwindSafe(|| {
                         local.classifier.classify(output.as_ref())
                     })) {
                         Ok(verdict) => verdict,
                         Err(panic) => {
-                            admission.record(local, Verdict::new(Outcome::Failure), *start);
+                            let failure = Verdict::new(Outcome::Failure);
+                            record(local, *generation, permit.take(), failure, *start);
                             resume_unwind(panic)
                         }
                     };
-                    admission.record(local, verdict, *start);
+                    record(local, *generation, permit.take(), verdict, *start);
                 }
                 Poll::Ready(output)
             }

@@ -85,6 +85,7 @@ mod error;
 pub mod events;
 pub mod future;
 mod layer;
+mod local;
 pub mod policy;
 mod service;
 

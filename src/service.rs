@@ -10,40 +10,18 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use crate::breaker::admission::{Decision, Permit};
-use crate::breaker::shared::Shared;
+use crate::breaker::state::{Tag, Word};
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures};
 use crate::error::CircuitOpen;
-use crate::future::{Admission, ResponseFuture};
+use crate::future::ResponseFuture;
+use crate::local::Owner;
 use crate::State;
-
-/// What one service clone needs, held privately by that clone so that the
-/// reference count each response future takes is not shared between threads.
-pub(crate) struct Local<C> {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) name: Arc<str>,
-    pub(crate) classifier: C,
-}
-
-impl<C: Clone> Local<C> {
-    fn new(shared: Arc<Shared>, classifier: C) -> Arc<Self> {
-        // A private copy of the name: rejections clone it without touching a
-        // reference count other clones use.
-        let name = Arc::from(&**shared.name());
-        Arc::new(Local {
-            shared,
-            name,
-            classifier,
-        })
-    }
-}
 
 /// What the last `poll_ready` found; consumed by the next `call`.
 enum Readiness {
-    /// No `poll_ready` since the last `call`.
+    /// Nothing reserved: no `poll_ready` since the last `call`, or closed.
     Unchecked,
-    /// Closed: the inner service was polled ready.
-    Closed,
     /// Half-open: this clone holds a probe permit (a reservation).
     Probe(Permit),
     /// Open: `call` will refuse with this, unless the state word has moved.
@@ -99,7 +77,7 @@ enum Readiness {
 /// [`CircuitBreakerLayer`]: crate::CircuitBreakerLayer
 pub struct CircuitBreaker<S, C = ErrorsAsFailures> {
     inner: S,
-    local: Arc<Local<C>>,
+    local: Owner<C>,
     ready: Readiness,
 }
 
@@ -115,7 +93,7 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
     pub fn with_classifier(inner: S, breaker: &Breaker, classifier: C) -> Self {
         CircuitBreaker {
             inner,
-            local: Local::new(Arc::clone(&breaker.shared), classifier),
+            local: Owner::new(Arc::clone(&breaker.shared), classifier),
             ready: Readiness::Unchecked,
         }
     }
@@ -160,17 +138,44 @@ where
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, C>;
 
+    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // A permit reserved by an earlier poll that returned `Pending` is kept
-        // while it belongs to the current half-open generation.
-        if let Readiness::Probe(permit) = &self.ready {
-            if !permit.is_current() {
+        if self.local.shared.load().tag() == Tag::Closed {
+            // Closed needs no reservation; a permit left from an earlier
+            // half-open generation is stale, and goes back.
+            if !matches!(self.ready, Readiness::Unchecked) {
                 self.ready = Readiness::Unchecked;
             }
+            return self.inner.poll_ready(cx);
         }
-        if !matches!(self.ready, Readiness::Probe(_)) {
+        self.poll_ready_not_closed(cx)
+    }
+
+    #[inline]
+    fn call(&mut self, req: Req) -> Self::Future {
+        let word = self.local.shared.load();
+        if word.tag() == Tag::Closed {
+            // Readiness counts once: the next call needs a new `poll_ready`.
+            if !matches!(self.ready, Readiness::Unchecked) {
+                self.ready = Readiness::Unchecked;
+            }
+            return self.call_admitted(req, word.generation(), None);
+        }
+        self.call_not_closed(req, word)
+    }
+}
+
+impl<S, C> CircuitBreaker<S, C> {
+    fn poll_ready_not_closed<Req>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>>
+    where
+        S: Service<Req>,
+    {
+        // A permit reserved by an earlier poll that returned `Pending` is kept
+        // while it belongs to the current half-open generation.
+        let keep = matches!(&self.ready, Readiness::Probe(permit) if permit.is_current());
+        if !keep {
             self.ready = match self.local.shared.admit() {
-                Decision::Closed(_) => Readiness::Closed,
+                Decision::Closed(_) => Readiness::Unchecked,
                 Decision::Probe(permit) => Readiness::Probe(permit),
                 Decision::Reject { retry_after, state } => {
                     // Open: ready at once, without polling the inner service;
@@ -194,32 +199,49 @@ where
         }
     }
 
-    fn call(&mut self, req: Req) -> Self::Future {
-        // Readiness counts once: the next call needs a new `poll_ready`.
-        let admission = match mem::replace(&mut self.ready, Readiness::Unchecked) {
-            Readiness::Probe(permit) if permit.is_current() => Admission::Probe(permit),
+    #[cold]
+    fn call_not_closed<Req>(&mut self, req: Req, word: Word) -> ResponseFuture<S::Future, C>
+    where
+        S: Service<Req>,
+    {
+        match mem::replace(&mut self.ready, Readiness::Unchecked) {
+            Readiness::Probe(permit) if permit.is_current() => {
+                self.call_admitted(req, permit.generation(), Some(permit))
+            }
             Readiness::Reject {
-                word,
+                word: seen,
                 retry_after,
                 state,
-            } if self.local.shared.load().0 == word => {
-                return ResponseFuture::rejected(self.reject(retry_after, state));
-            }
-            // Closed at `poll_ready`, or the state moved since: decide again,
-            // so a breaker that opened in between refuses without calling.
+            } if seen == word.0 => ResponseFuture::rejected(self.reject(retry_after, state)),
+            // The state moved since `poll_ready` (or there was none): decide
+            // again, so a breaker that opened in between refuses without
+            // calling.
             _ => match self.local.shared.admit() {
-                Decision::Closed(generation) => Admission::Closed(generation),
-                Decision::Probe(permit) => Admission::Probe(permit),
+                Decision::Closed(generation) => self.call_admitted(req, generation, None),
+                Decision::Probe(permit) => {
+                    self.call_admitted(req, permit.generation(), Some(permit))
+                }
                 Decision::Reject { retry_after, state } => {
-                    return ResponseFuture::rejected(self.reject(retry_after, state));
+                    ResponseFuture::rejected(self.reject(retry_after, state))
                 }
             },
-        };
+        }
+    }
+
+    #[inline]
+    fn call_admitted<Req>(
+        &mut self,
+        req: Req,
+        generation: u32,
+        permit: Option<Permit>,
+    ) -> ResponseFuture<S::Future, C>
+    where
+        S: Service<Req>,
+    {
         let start = self.local.shared.needs_latency.then(Instant::now);
-        // If `call` panics, `admission` is dropped while unwinding and a
-        // probe permit goes back.
+        // If `call` panics, `permit` is dropped while unwinding and goes back.
         let future = self.inner.call(req);
-        ResponseFuture::called(future, Arc::clone(&self.local), admission, start)
+        ResponseFuture::called(future, self.local.lease(), generation, permit, start)
     }
 }
 
@@ -229,7 +251,7 @@ impl<S: Clone, C: Clone> Clone for CircuitBreaker<S, C> {
             inner: self.inner.clone(),
             // Each clone gets its own handle, and no readiness: a reservation
             // belongs to the clone that made it.
-            local: Local::new(
+            local: Owner::new(
                 Arc::clone(&self.local.shared),
                 self.local.classifier.clone(),
             ),

@@ -42,6 +42,11 @@ impl Permit {
         }
     }
 
+    /// The half-open generation that issued this permit.
+    pub(crate) fn generation(&self) -> u32 {
+        self.generation
+    }
+
     /// Whether the breaker is still in the half-open generation that issued
     /// this permit.
     pub(crate) fn is_current(&self) -> bool {
