@@ -18,10 +18,17 @@ use crate::local::{Lease, Local};
 fn record<C>(
     local: &Local<C>,
     generation: u32,
-    permit: Option<Permit>,
+    permit: &mut Option<Permit>,
     verdict: Verdict,
     start: Option<Instant>,
 ) {
+    // Test before taking: `take` would read the whole option right after
+    // `call` wrote only its tag, a store-forwarding stall on the hot path.
+    let permit = if permit.is_some() {
+        permit.take()
+    } else {
+        None
+    };
     match permit {
         None => local.shared.record_closed(
             generation,
@@ -134,7 +141,7 @@ where
                         if !*recorded {
                             *recorded = true;
                             let failure = Verdict::new(Outcome::Failure);
-                            record(local, *generation, permit.take(), failure, *start);
+                            record(local, *generation, permit, failure, *start);
                         }
                         resume_unwind(panic)
                     }
@@ -147,11 +154,11 @@ where
                         Ok(verdict) => verdict,
                         Err(panic) => {
                             let failure = Verdict::new(Outcome::Failure);
-                            record(local, *generation, permit.take(), failure, *start);
+                            record(local, *generation, permit, failure, *start);
                             resume_unwind(panic)
                         }
                     };
-                    record(local, *generation, permit.take(), verdict, *start);
+                    record(local, *generation, permit, verdict, *start);
                 }
                 Poll::Ready(output)
             }

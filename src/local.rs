@@ -20,14 +20,14 @@ use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::breaker::shared::Shared;
+use crate::breaker::shared::{CloneCounts, Shared};
+use crate::error::Name;
 
 /// What one service clone needs, held privately by that clone.
 pub(crate) struct Local<C> {
     pub(crate) shared: Arc<Shared>,
-    /// A private copy of the breaker's name: rejections clone it without
-    /// touching a reference count that other clones use.
-    pub(crate) name: Arc<str>,
+    /// The breaker's name as rejections carry it.
+    pub(crate) name: Name,
     pub(crate) classifier: C,
     refs: AtomicU64,
 }
@@ -36,6 +36,9 @@ pub(crate) struct Local<C> {
 pub(crate) struct Owner<C> {
     ptr: NonNull<Local<C>>,
     issued: u64,
+    /// This clone's own call and refusal counts.
+    pub(crate) counts: Arc<CloneCounts>,
+    slot: usize,
     _owns: PhantomData<Local<C>>,
 }
 
@@ -58,7 +61,8 @@ unsafe impl<C: Send + Sync> Sync for Lease<C> {}
 
 impl<C> Owner<C> {
     pub(crate) fn new(shared: Arc<Shared>, classifier: C) -> Self {
-        let name = Arc::from(&**shared.name());
+        let name = Name::new(shared.name());
+        let (counts, slot) = shared.register_clone();
         let local = Box::new(Local {
             shared,
             name,
@@ -68,6 +72,8 @@ impl<C> Owner<C> {
         Owner {
             ptr: NonNull::from(Box::leak(local)),
             issued: 0,
+            counts,
+            slot,
             _owns: PhantomData,
         }
     }
@@ -108,6 +114,7 @@ impl<C> Deref for Lease<C> {
 
 impl<C> Drop for Owner<C> {
     fn drop(&mut self) {
+        self.shared.retire_clone(self.slot);
         // `refs` is minus the leases returned so far; adding the number
         // issued gives the leases still out. AcqRel: release this clone's
         // own accesses, and acquire every returned lease's, in case we free.

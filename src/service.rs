@@ -4,7 +4,6 @@ use std::fmt;
 use std::mem;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tokio::time::Instant;
 use tower_service::Service;
@@ -27,7 +26,7 @@ enum Readiness {
     /// Open: `call` will refuse with this, unless the state word has moved.
     Reject {
         word: u64,
-        retry_after: Duration,
+        retry_after_ms: u64,
         state: State,
     },
 }
@@ -122,9 +121,9 @@ impl<S, C> CircuitBreaker<S, C> {
         self.inner
     }
 
-    fn reject(&self, retry_after: Duration, state: State) -> CircuitOpen {
-        self.local.shared.count_rejection();
-        CircuitOpen::new(Arc::clone(&self.local.name), retry_after, state)
+    fn reject(&self, retry_after_ms: u64, state: State) -> CircuitOpen {
+        self.local.counts.rejected();
+        CircuitOpen::new(self.local.name.clone(), retry_after_ms, state)
     }
 }
 
@@ -177,12 +176,15 @@ impl<S, C> CircuitBreaker<S, C> {
             self.ready = match self.local.shared.admit() {
                 Decision::Closed(_) => Readiness::Unchecked,
                 Decision::Probe(permit) => Readiness::Probe(permit),
-                Decision::Reject { retry_after, state } => {
+                Decision::Reject {
+                    retry_after_ms,
+                    state,
+                } => {
                     // Open: ready at once, without polling the inner service;
                     // `call` refuses. Never `Err`: tower would discard us.
                     self.ready = Readiness::Reject {
                         word: self.local.shared.load().0,
-                        retry_after,
+                        retry_after_ms,
                         state,
                     };
                     return Poll::Ready(Ok(()));
@@ -204,15 +206,23 @@ impl<S, C> CircuitBreaker<S, C> {
     where
         S: Service<Req>,
     {
+        // Read a refusal field by field: moving the whole readiness out right
+        // after `poll_ready` wrote it would stall on store forwarding.
+        if let Readiness::Reject {
+            word: seen,
+            retry_after_ms,
+            state,
+        } = self.ready
+        {
+            if seen == word.0 {
+                self.ready = Readiness::Unchecked;
+                return ResponseFuture::rejected(self.reject(retry_after_ms, state));
+            }
+        }
         match mem::replace(&mut self.ready, Readiness::Unchecked) {
             Readiness::Probe(permit) if permit.is_current() => {
                 self.call_admitted(req, permit.generation(), Some(permit))
             }
-            Readiness::Reject {
-                word: seen,
-                retry_after,
-                state,
-            } if seen == word.0 => ResponseFuture::rejected(self.reject(retry_after, state)),
             // The state moved since `poll_ready` (or there was none): decide
             // again, so a breaker that opened in between refuses without
             // calling.
@@ -221,9 +231,10 @@ impl<S, C> CircuitBreaker<S, C> {
                 Decision::Probe(permit) => {
                     self.call_admitted(req, permit.generation(), Some(permit))
                 }
-                Decision::Reject { retry_after, state } => {
-                    ResponseFuture::rejected(self.reject(retry_after, state))
-                }
+                Decision::Reject {
+                    retry_after_ms,
+                    state,
+                } => ResponseFuture::rejected(self.reject(retry_after_ms, state)),
             },
         }
     }
@@ -238,6 +249,7 @@ impl<S, C> CircuitBreaker<S, C> {
     where
         S: Service<Req>,
     {
+        self.local.counts.admitted();
         let start = self.local.shared.needs_latency.then(Instant::now);
         // If `call` panics, `permit` is dropped while unwinding and goes back.
         let future = self.inner.call(req);

@@ -564,3 +564,40 @@ async fn each_transition_emits_exactly_one_event_with_structured_fields() {
         assert!(opened.contains(field), "missing {field} in {opened}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn refusal_names_its_breaker_whatever_the_length_of_the_name() {
+    for name in [
+        "a",
+        "exactly-twenty-four-chars",
+        "provider:a-model-name-longer-than-inline-storage/ü",
+    ] {
+        let (_, mut svc, upstream) = setup(one_failure_trips().name(name));
+        trip(&mut svc, &upstream).await;
+        let open = open_error(call(&mut svc, 1).await);
+        assert_eq!(open.breaker(), name);
+        assert!(open.to_string().contains(name), "{open}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn counts_sum_calls_and_refusals_over_live_and_dropped_clones() {
+    let (breaker, mut svc, upstream) = setup(one_failure_trips());
+    let mut clones: Vec<_> = (0..3).map(|_| svc.clone()).collect();
+    for clone in &mut clones {
+        call(clone, 1).await.unwrap();
+    }
+    drop(clones.pop()); // its counts must survive it
+    trip(&mut svc, &upstream).await;
+    for clone in &mut clones {
+        assert!(call(clone, 1).await.is_err());
+    }
+    let counts = breaker.snapshot().counts;
+    assert_eq!(
+        counts.calls, 4,
+        "three successes and the failure that tripped it"
+    );
+    assert_eq!(counts.rejected, 2);
+    assert_eq!(counts.failures, 1);
+    assert_eq!(upstream.calls(), 4);
+}

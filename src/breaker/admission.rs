@@ -15,7 +15,7 @@ pub(crate) enum Decision {
     /// Half-open: this call is a probe and holds a permit.
     Probe(Permit),
     /// Refuse at once.
-    Reject { retry_after: Duration, state: State },
+    Reject { retry_after_ms: u64, state: State },
 }
 
 /// One of the `probes` half-open permits.

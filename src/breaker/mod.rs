@@ -132,11 +132,16 @@ pub struct Snapshot {
 
 /// Running totals kept by a breaker.
 ///
-/// Closed-state successes are not counted: counting them would put a shared
-/// write on the hot path this crate keeps free of one.
+/// Closed-state successes are not counted separately: counting them would
+/// put a shared write on the hot path this crate keeps free of one. Calls
+/// and refusals are counted by each service clone for itself and summed
+/// here. Every admitted call ends as a success, a failure, an ignored or a
+/// stale outcome, or a cancellation, or is still in flight.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Counts {
+    /// Calls admitted: passed to the inner service (probes included).
+    pub calls: u64,
     /// Calls refused without calling the inner service.
     pub rejected: u64,
     /// Failures recorded (closed-state and probe failures).

@@ -41,7 +41,6 @@ struct Hot {
 
 #[derive(Default)]
 struct Counters {
-    rejected: AtomicU64,
     failures: AtomicU64,
     ignored: AtomicU64,
     stale: AtomicU64,
@@ -68,10 +67,52 @@ struct Book {
     rng: u64,
 }
 
+/// Counts one service clone keeps for itself. Only that clone writes them,
+/// from `call` (which has `&mut self`), so an increment is a load and a
+/// store rather than a read-modify-write, on a line no other clone writes.
+#[repr(align(128))]
+#[derive(Default)]
+pub(crate) struct CloneCounts {
+    admitted: AtomicU64,
+    rejected: AtomicU64,
+}
+
+impl CloneCounts {
+    #[inline]
+    pub(crate) fn admitted(&self) {
+        bump(&self.admitted);
+    }
+
+    #[inline]
+    pub(crate) fn rejected(&self) {
+        bump(&self.rejected);
+    }
+}
+
+/// Increments a counter that has a single writer.
+#[inline]
+fn bump(counter: &AtomicU64) {
+    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+#[derive(Default)]
+struct Retired {
+    admitted: u64,
+    rejected: u64,
+}
+
+#[derive(Default)]
+struct Clones {
+    live: Vec<Option<Arc<CloneCounts>>>,
+    free: Vec<usize>,
+    retired: Retired,
+}
+
 pub(crate) struct Shared {
     hot: Padded<Hot>,
     counters: Padded<Counters>,
     book: Mutex<Book>,
+    clones: Mutex<Clones>,
     pub(crate) config: Config,
     pub(crate) needs_latency: bool,
     epoch: Instant,
@@ -102,6 +143,7 @@ impl Shared {
                 probe_deadline_ms: AtomicU64::new(u64::MAX),
             }),
             counters: Padded(Counters::default()),
+            clones: Mutex::new(Clones::default()),
             book: Mutex::new(Book {
                 policy,
                 attempt: 0,
@@ -137,9 +179,14 @@ impl Shared {
             .map_err(Word)
     }
 
+    #[inline]
     fn now_ms(&self) -> u64 {
         let elapsed = Instant::now().saturating_duration_since(self.epoch);
-        u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        // In u64: `as_millis` would compute in u128 on the refusal path.
+        elapsed
+            .as_secs()
+            .saturating_mul(1000)
+            .saturating_add(u64::from(elapsed.subsec_millis()))
     }
 
     fn lock(&self) -> MutexGuard<'_, Book> {
@@ -150,8 +197,44 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub(crate) fn count_rejection(&self) {
-        self.counters.0.rejected.fetch_add(1, Ordering::Relaxed);
+    /// Registers a service clone's own counters; the snapshot sums them.
+    pub(crate) fn register_clone(&self) -> (Arc<CloneCounts>, usize) {
+        let counts = Arc::new(CloneCounts::default());
+        let mut clones = self.clones.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = match clones.free.pop() {
+            Some(slot) => {
+                clones.live[slot] = Some(Arc::clone(&counts));
+                slot
+            }
+            None => {
+                clones.live.push(Some(Arc::clone(&counts)));
+                clones.live.len() - 1
+            }
+        };
+        (counts, slot)
+    }
+
+    /// A service clone is going: fold its counters into the totals.
+    pub(crate) fn retire_clone(&self, slot: usize) {
+        let mut clones = self.clones.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(counts) = clones.live.get_mut(slot).and_then(Option::take) {
+            clones.retired.admitted += counts.admitted.load(Ordering::Relaxed);
+            clones.retired.rejected += counts.rejected.load(Ordering::Relaxed);
+            clones.free.push(slot);
+        }
+    }
+
+    fn clone_totals(&self) -> (u64, u64) {
+        let clones = self.clones.lock().unwrap_or_else(|p| p.into_inner());
+        clones.live.iter().flatten().fold(
+            (clones.retired.admitted, clones.retired.rejected),
+            |(a, r), c| {
+                (
+                    a + c.admitted.load(Ordering::Relaxed),
+                    r + c.rejected.load(Ordering::Relaxed),
+                )
+            },
+        )
     }
 
     pub(crate) fn is_half_open_in(&self, generation: u32) -> bool {
@@ -180,7 +263,7 @@ impl Shared {
                 Tag::Open => {
                     if now < w.open_until_ms() {
                         return Decision::Reject {
-                            retry_after: Duration::from_millis(w.open_until_ms() - now),
+                            retry_after_ms: w.open_until_ms() - now,
                             state: State::Open,
                         };
                     }
@@ -219,13 +302,13 @@ impl Shared {
                         w = self.load();
                         continue;
                     }
-                    let retry_after = if deadline == u64::MAX {
-                        Duration::ZERO
+                    let retry_after_ms = if deadline == u64::MAX {
+                        0
                     } else {
-                        Duration::from_millis(deadline - now)
+                        deadline - now
                     };
                     return Decision::Reject {
-                        retry_after,
+                        retry_after_ms,
                         state: State::HalfOpen,
                     };
                 }
@@ -543,6 +626,7 @@ impl Shared {
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
+        let (calls, rejected) = self.clone_totals();
         let book = self.lock();
         let w = self.load();
         let now = self.now_ms();
@@ -573,7 +657,8 @@ impl Shared {
             last_trip: book.last_trip.clone(),
             policy: self.figures(&book, now),
             counts: Counts {
-                rejected: c.rejected.load(Ordering::Relaxed),
+                calls,
+                rejected,
                 failures: c.failures.load(Ordering::Relaxed),
                 ignored: c.ignored.load(Ordering::Relaxed),
                 stale: c.stale.load(Ordering::Relaxed),
