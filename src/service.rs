@@ -155,8 +155,16 @@ where
         let word = self.local.shared.load();
         if word.tag() == Tag::Closed {
             // Readiness counts once: the next call needs a new `poll_ready`.
-            if !matches!(self.ready, Readiness::Unchecked) {
-                self.ready = Readiness::Unchecked;
+            match self.ready {
+                Readiness::Unchecked => {}
+                // `poll_ready` refused without polling the inner service, so
+                // it must not be called, even though the breaker has closed
+                // since: refuse this once; the next `poll_ready` sees closed.
+                Readiness::Reject { state, .. } => {
+                    self.ready = Readiness::Unchecked;
+                    return ResponseFuture::rejected(self.reject(0, state));
+                }
+                Readiness::Probe(_) => self.ready = Readiness::Unchecked,
             }
             return self.call_admitted(req, word.generation(), None);
         }
@@ -214,18 +222,19 @@ impl<S, C> CircuitBreaker<S, C> {
             state,
         } = self.ready
         {
-            if seen == word.0 {
-                self.ready = Readiness::Unchecked;
-                return ResponseFuture::rejected(self.reject(retry_after_ms, state));
-            }
+            // The inner service was not polled: refuse whatever the state is
+            // now; if it has moved on, the next `poll_ready` will see it.
+            self.ready = Readiness::Unchecked;
+            let retry_after_ms = if seen == word.0 { retry_after_ms } else { 0 };
+            return ResponseFuture::rejected(self.reject(retry_after_ms, state));
         }
         match mem::replace(&mut self.ready, Readiness::Unchecked) {
             Readiness::Probe(permit) if permit.is_current() => {
                 self.call_admitted(req, permit.generation(), Some(permit))
             }
-            // The state moved since `poll_ready` (or there was none): decide
-            // again, so a breaker that opened in between refuses without
-            // calling.
+            // The breaker left closed since `poll_ready` (or there was
+            // none): decide again, so a breaker that opened in between
+            // refuses without calling.
             _ => match self.local.shared.admit() {
                 Decision::Closed(generation) => self.call_admitted(req, generation, None),
                 Decision::Probe(permit) => {

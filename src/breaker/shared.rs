@@ -420,11 +420,9 @@ impl Shared {
 
     /// A probe failed: reopen. Its deadline slot goes with every other one.
     pub(crate) fn probe_failed(&self, generation: u32, hint: Option<Duration>) {
-        self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
-        let mut book = self.lock();
+        let book = self.lock();
         let now = self.now_ms();
-        self.note_hint(&mut book, hint, now);
-        self.reopen(book, generation, now, TripReason::ProbeFailed);
+        self.reopen(book, generation, now, hint, TripReason::ProbeFailed);
     }
 
     /// A caller found every permit taken and the earliest probe past its
@@ -441,22 +439,30 @@ impl Shared {
         if deadline > now {
             return;
         }
-        self.reopen(book, generation, deadline, TripReason::ProbeTimedOut);
+        self.reopen(book, generation, deadline, None, TripReason::ProbeTimedOut);
     }
 
-    /// Half-open generation `generation` failed: open again for the next,
-    /// longer period, counted from `from_ms`.
+    /// Half-open generation `generation` failed (a probe failed or timed
+    /// out): open again for the next, longer period, counted from `from_ms`.
     fn reopen(
         &self,
         mut book: MutexGuard<'_, Book>,
         generation: u32,
         from_ms: u64,
+        hint: Option<Duration>,
         reason: TripReason,
     ) {
         let mut w = self.load();
+        if w.tag() != Tag::HalfOpen || w.generation() != generation {
+            self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
+        self.note_hint(&mut book, hint, from_ms);
         loop {
+            // Under the lock only lock-free permit changes can race us, and
+            // they keep the generation; the check stays for safety.
             if w.tag() != Tag::HalfOpen || w.generation() != generation {
-                self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
                 return;
             }
             book.attempt = book.attempt.saturating_add(1);
@@ -515,9 +521,6 @@ impl Shared {
         hint: Option<Duration>,
         elapsed: Option<Duration>,
     ) {
-        if failure {
-            self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
-        }
         let mut book = self.lock();
         let w = self.load();
         if w != Word::closed(generation) {
@@ -526,6 +529,7 @@ impl Shared {
         }
         let now = self.now_ms();
         if failure {
+            self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
             self.note_hint(&mut book, hint, now);
         }
         let Some(reason) = book.policy.record(Sample { failure, elapsed }, now) else {

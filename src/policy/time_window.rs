@@ -225,7 +225,9 @@ impl FailureRate {
     }
 }
 
-/// `hits / calls >= rate`, once `calls >= min_calls`.
+/// `hits / calls >= rate`, once `calls >= min_calls`. Divides rather than
+/// multiplies: `0.28 * 25.0` rounds up past 7, while `7.0 / 25.0` rounds to
+/// the same `f64` as `0.28`, so a rate exactly at the threshold trips.
 pub(crate) fn trips(calls: u32, hits: u32, min_calls: u32, rate: f64) -> bool {
-    calls >= min_calls && calls > 0 && hits as f64 >= rate * calls as f64
+    calls >= min_calls && calls > 0 && hits as f64 / calls as f64 >= rate
 }

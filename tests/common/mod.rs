@@ -1,0 +1,227 @@
+//! Helpers shared by `tests/policies.rs` and `tests/tower_stacks.rs`.
+//!
+//! Each test binary uses a different subset, hence the `dead_code` allowance.
+#![allow(dead_code)]
+
+use std::error::Error;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tower::{BoxError, Service, ServiceExt};
+use tower_circuit_breaker::policy::TripPolicy;
+use tower_circuit_breaker::{Breaker, CircuitBreaker, CircuitOpen, Config, ConfigBuilder, State};
+
+/// The error the scripted inner service fails with, so a test can tell an
+/// inner failure from a breaker rejection.
+#[derive(Debug)]
+pub struct InnerFailure;
+
+impl fmt::Display for InnerFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("inner service failed")
+    }
+}
+
+impl Error for InnerFailure {}
+
+/// What a test call asks the scripted inner service to do.
+#[derive(Clone, Copy, Debug)]
+pub enum Call {
+    /// Answer `Ok` at once.
+    Ok,
+    /// Answer `Err(InnerFailure)` at once.
+    Fail,
+    /// Sleep (on tokio's clock), then answer `Ok`.
+    SlowOk(Duration),
+    /// Sleep (on tokio's clock), then answer `Err(InnerFailure)`.
+    SlowFail(Duration),
+}
+
+/// An inner service that does what each request says and counts how often
+/// its `poll_ready` and `call` run. While `ready` is false its `poll_ready`
+/// returns `Pending` (without registering a waker: only for callers that do
+/// not wait, such as `tower::load_shed`).
+#[derive(Clone, Debug)]
+pub struct Scripted {
+    pub polls: Arc<AtomicUsize>,
+    pub calls: Arc<AtomicUsize>,
+    pub ready: Arc<AtomicBool>,
+}
+
+impl Default for Scripted {
+    fn default() -> Self {
+        Scripted {
+            polls: Arc::default(),
+            calls: Arc::default(),
+            ready: Arc::new(AtomicBool::new(true)),
+        }
+    }
+}
+
+impl Scripted {
+    pub fn polls(&self) -> usize {
+        self.polls.load(Ordering::SeqCst)
+    }
+
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+}
+
+impl Service<Call> for Scripted {
+    type Response = ();
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.polls.fetch_add(1, Ordering::SeqCst);
+        if self.ready.load(Ordering::SeqCst) {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
+    }
+
+    fn call(&mut self, call: Call) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            match call {
+                Call::Ok => Ok(()),
+                Call::Fail => Err(InnerFailure.into()),
+                Call::SlowOk(d) => {
+                    tokio::time::sleep(d).await;
+                    Ok(())
+                }
+                Call::SlowFail(d) => {
+                    tokio::time::sleep(d).await;
+                    Err(InnerFailure.into())
+                }
+            }
+        })
+    }
+}
+
+/// Whether `err` is (or wraps) the breaker's open rejection.
+pub fn is_open(err: &BoxError) -> bool {
+    CircuitOpen::find(err.as_ref()).is_some()
+}
+
+/// Whether `err` is (or wraps) the scripted inner failure.
+pub fn is_inner_failure(err: &BoxError) -> bool {
+    let mut current: Option<&(dyn Error + 'static)> = Some(err.as_ref());
+    while let Some(e) = current {
+        if e.is::<InnerFailure>() {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
+/// A builder with the given trip policy and the defaults otherwise.
+pub fn builder(policy: impl Into<TripPolicy>) -> ConfigBuilder {
+    Config::builder().name("test").trip(policy)
+}
+
+/// A breaker with the given trip policy and the defaults otherwise.
+pub fn breaker(policy: impl Into<TripPolicy>) -> Breaker {
+    Breaker::new(builder(policy).build().expect("valid config"))
+}
+
+/// A breaker guarding a [`Scripted`] service, driven one call at a time.
+pub struct Harness {
+    pub breaker: Breaker,
+    pub inner: Scripted,
+    pub svc: CircuitBreaker<Scripted>,
+}
+
+impl Harness {
+    pub fn new(policy: impl Into<TripPolicy>) -> Self {
+        Self::with_breaker(breaker(policy))
+    }
+
+    pub fn with_config(config: Config) -> Self {
+        Self::with_breaker(Breaker::new(config))
+    }
+
+    pub fn with_breaker(breaker: Breaker) -> Self {
+        let inner = Scripted::default();
+        let svc = CircuitBreaker::new(inner.clone(), &breaker);
+        Harness {
+            breaker,
+            inner,
+            svc,
+        }
+    }
+
+    pub fn state(&self) -> State {
+        self.breaker.state()
+    }
+
+    /// One call, through `ready` then `call`.
+    pub async fn call(&mut self, call: Call) -> Result<(), BoxError> {
+        self.svc.ready().await?.call(call).await
+    }
+
+    /// One call that must reach the inner service and come back as `expect`
+    /// says: `Ok` for `Ok`/`SlowOk`, the inner failure for `Fail`/`SlowFail`.
+    pub async fn through(&mut self, call: Call) {
+        let before = self.inner.calls();
+        let result = self.call(call).await;
+        assert_eq!(
+            self.inner.calls(),
+            before + 1,
+            "{call:?} did not reach the inner service: {result:?}"
+        );
+        match call {
+            Call::Ok | Call::SlowOk(_) => {
+                assert!(result.is_ok(), "{call:?} returned {result:?}")
+            }
+            Call::Fail | Call::SlowFail(_) => match result {
+                Err(err) => assert!(is_inner_failure(&err), "{call:?} returned {err}"),
+                Ok(()) => panic!("{call:?} returned Ok"),
+            },
+        }
+    }
+
+    /// `n` successes, each reaching the inner service.
+    pub async fn succeed(&mut self, n: usize) {
+        for _ in 0..n {
+            self.through(Call::Ok).await;
+        }
+    }
+
+    /// `n` failures, each reaching the inner service.
+    pub async fn fail(&mut self, n: usize) {
+        for _ in 0..n {
+            self.through(Call::Fail).await;
+        }
+    }
+
+    /// One call that the breaker must refuse without calling the inner
+    /// service; returns the rejection.
+    pub async fn refused(&mut self) -> CircuitOpen {
+        let before = self.inner.calls();
+        let err = self
+            .call(Call::Ok)
+            .await
+            .expect_err("an open breaker must refuse the call");
+        assert_eq!(
+            self.inner.calls(),
+            before,
+            "a refused call reached the inner service"
+        );
+        CircuitOpen::find(err.as_ref())
+            .cloned()
+            .unwrap_or_else(|| panic!("expected CircuitOpen, got {err}"))
+    }
+}

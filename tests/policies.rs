@@ -1,0 +1,1093 @@
+//! Trip policies, edge by edge: for each policy the call that trips it and
+//! the pattern that must not; and config validation naming the bad field.
+//!
+//! All timing runs on paused tokio time.
+
+mod common;
+
+use std::time::Duration;
+
+use tokio::time::advance;
+use tower_circuit_breaker::policy::{
+    ConsecutiveFailures, CountWindow, PolicyFigures, SlowCalls, TimeWindow, TripPolicy, TripReason,
+};
+use tower_circuit_breaker::{Breaker, Config, ConfigBuilder, State};
+
+use common::{builder, Call, Harness};
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn last_trip(h: &Harness) -> Option<TripReason> {
+    h.breaker.snapshot().last_trip
+}
+
+// ---------------------------------------------------------------------------
+// ConsecutiveFailures
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn consecutive_failures_interrupted_by_a_success_stay_closed() {
+    let mut h = Harness::new(ConsecutiveFailures::new(3));
+    h.fail(2).await;
+    h.succeed(1).await;
+    h.fail(2).await;
+
+    assert_eq!(h.state(), State::Closed);
+    let snap = h.breaker.snapshot();
+    assert_eq!(snap.counts.opened, 0);
+    assert_eq!(
+        snap.policy,
+        PolicyFigures::ConsecutiveFailures {
+            failures: 2,
+            threshold: 3
+        }
+    );
+    h.through(Call::Ok).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn consecutive_failures_trip_on_the_kth_failure_in_a_row_naming_the_count() {
+    let mut h = Harness::new(ConsecutiveFailures::new(3));
+    h.fail(2).await;
+    assert_eq!(h.state(), State::Closed);
+
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::ConsecutiveFailures { failures: 3 })
+    );
+    assert_eq!(h.breaker.snapshot().counts.opened, 1);
+    h.refused().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn consecutive_failures_of_one_trip_on_the_first_failure() {
+    let mut h = Harness::new(ConsecutiveFailures::new(1));
+    h.succeed(10).await;
+    assert_eq!(h.state(), State::Closed);
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::ConsecutiveFailures { failures: 1 })
+    );
+}
+
+// ---------------------------------------------------------------------------
+// CountWindow
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn count_window_never_trips_with_two_failures_in_any_ten() {
+    let mut h = Harness::new(CountWindow::new(3, 10));
+    // F F S S S S S S S S, repeated: every run of ten holds exactly two.
+    for _ in 0..50 {
+        h.fail(2).await;
+        h.succeed(8).await;
+    }
+    assert_eq!(h.state(), State::Closed);
+    assert_eq!(h.breaker.snapshot().counts.opened, 0);
+    assert_eq!(h.breaker.snapshot().counts.failures, 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn count_window_trips_on_third_failure_in_last_ten() {
+    let mut h = Harness::new(CountWindow::new(3, 10));
+    h.fail(1).await;
+    h.succeed(7).await;
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Closed);
+    // Outcomes 1..=10: F, 7 x S, F, F.
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::CountWindow {
+            failures: 3,
+            window: 10
+        })
+    );
+    h.refused().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn count_window_trips_on_third_failure_in_ten_after_thousand_successes() {
+    let mut h = Harness::new(CountWindow::new(3, 10));
+    h.succeed(1000).await;
+    h.fail(1).await;
+    h.succeed(2).await;
+    h.fail(1).await;
+    h.succeed(1).await;
+    assert_eq!(h.state(), State::Closed);
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::CountWindow {
+            failures: 3,
+            window: 10
+        })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn count_window_failures_spaced_n_outcomes_apart_never_trip() {
+    // k = 2 of N = 5: a failure, four successes, a failure... each failure
+    // has left the last five outcomes when the next one comes.
+    let mut h = Harness::new(CountWindow::new(2, 5));
+    for _ in 0..100 {
+        h.fail(1).await;
+        h.succeed(4).await;
+    }
+    assert_eq!(h.state(), State::Closed);
+    assert_eq!(h.breaker.snapshot().counts.opened, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn count_window_failures_just_inside_n_outcomes_trip() {
+    // The non-trip edge above, one success fewer: F S S S F spans five.
+    let mut h = Harness::new(CountWindow::new(2, 5));
+    h.fail(1).await;
+    h.succeed(3).await;
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::CountWindow {
+            failures: 2,
+            window: 5
+        })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn count_window_failures_older_than_stale_after_do_not_count() {
+    let mut h = Harness::new(CountWindow::new(3, 10).stale_after(Duration::from_secs(60)));
+    h.fail(2).await;
+    advance(Duration::from_secs(61)).await;
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Closed);
+    assert_eq!(
+        h.breaker.snapshot().policy,
+        PolicyFigures::CountWindow {
+            failures: 1,
+            threshold: 3,
+            window: 10
+        }
+    );
+    advance(Duration::from_secs(61)).await;
+    h.fail(2).await;
+    assert_eq!(h.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn count_window_fresh_failures_within_stale_after_trip() {
+    let mut h = Harness::new(CountWindow::new(3, 10).stale_after(Duration::from_secs(60)));
+    h.fail(2).await;
+    advance(Duration::from_secs(59)).await;
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::CountWindow {
+            failures: 3,
+            window: 10
+        })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn count_window_stale_failure_is_replaced_by_fresh_ones_then_trips() {
+    let mut h = Harness::new(CountWindow::new(3, 10).stale_after(Duration::from_secs(60)));
+    h.fail(1).await;
+    advance(Duration::from_secs(61)).await;
+    h.fail(2).await;
+    assert_eq!(h.state(), State::Closed);
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+}
+
+// ---------------------------------------------------------------------------
+// TimeWindow
+// ---------------------------------------------------------------------------
+
+fn time_window(min_calls: u32, rate: f64) -> TimeWindow {
+    TimeWindow::new(Duration::from_secs(10))
+        .buckets(10)
+        .min_calls(min_calls)
+        .failure_rate(rate)
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_window_all_failures_below_min_calls_stay_closed() {
+    let mut h = Harness::new(time_window(10, 0.5));
+    h.fail(9).await;
+    assert_eq!(h.state(), State::Closed);
+    assert_eq!(
+        h.breaker.snapshot().policy,
+        PolicyFigures::TimeWindow {
+            calls: 9,
+            failures: 9
+        }
+    );
+    // The tenth call reaches min_calls: now the 100% rate trips it.
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::FailureRate {
+            failures: 10,
+            calls: 10
+        })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_window_trips_when_failure_rate_equals_threshold() {
+    let mut h = Harness::new(time_window(4, 0.5));
+    h.succeed(2).await;
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Closed);
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::FailureRate {
+            failures: 2,
+            calls: 4
+        })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_window_failure_rate_just_below_threshold_stays_closed() {
+    let mut h = Harness::new(time_window(4, 0.5));
+    h.succeed(5).await;
+    // 1/6, 2/7, 3/8, 4/9: all below one half.
+    h.fail(4).await;
+    assert_eq!(h.state(), State::Closed);
+    assert_eq!(
+        h.breaker.snapshot().policy,
+        PolicyFigures::TimeWindow {
+            calls: 9,
+            failures: 4
+        }
+    );
+    // 5/10 reaches it.
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_window_trips_at_exactly_seven_of_twenty_five_with_rate_0_28() {
+    // 7 / 25 is exactly 28%: the threshold is `>=`, so this must trip, even
+    // though 0.28 * 25.0 rounds to 7.000000000000001 in f64.
+    let mut h = Harness::new(time_window(25, 0.28));
+    h.succeed(18).await;
+    h.fail(6).await;
+    assert_eq!(h.state(), State::Closed);
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::FailureRate {
+            failures: 7,
+            calls: 25
+        })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_window_trips_at_exactly_fifty_five_of_a_hundred_with_rate_0_55() {
+    let mut h = Harness::new(
+        TimeWindow::new(Duration::from_secs(10))
+            .min_calls(100)
+            .failure_rate(0.55),
+    );
+    h.succeed(45).await;
+    h.fail(54).await;
+    assert_eq!(h.state(), State::Closed);
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_window_failures_aged_out_of_the_window_do_not_count() {
+    let mut h = Harness::new(time_window(4, 0.5));
+    h.fail(3).await;
+    advance(Duration::from_secs(11)).await;
+    assert_eq!(
+        h.breaker.snapshot().policy,
+        PolicyFigures::TimeWindow {
+            calls: 0,
+            failures: 0
+        }
+    );
+    // Counting the three old failures would make 4 of 7.
+    h.succeed(3).await;
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Closed);
+    assert_eq!(
+        h.breaker.snapshot().policy,
+        PolicyFigures::TimeWindow {
+            calls: 4,
+            failures: 1
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_window_failures_still_inside_the_window_count() {
+    let mut h = Harness::new(time_window(4, 0.5));
+    h.fail(3).await;
+    advance(Duration::from_secs(5)).await;
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::FailureRate {
+            failures: 4,
+            calls: 4
+        })
+    );
+}
+
+// ---------------------------------------------------------------------------
+// SlowCalls
+// ---------------------------------------------------------------------------
+
+const SLOW: Duration = Duration::from_secs(2);
+const FAST: Duration = Duration::from_millis(500);
+
+fn slow_calls(min_calls: u32, rate: f64) -> SlowCalls {
+    SlowCalls::new(SEC)
+        .rate(rate)
+        .over_calls(10)
+        .min_calls(min_calls)
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_calls_count_as_slow_whatever_their_outcome() {
+    let mut h = Harness::new(slow_calls(10, 0.5));
+    h.through(Call::SlowOk(SLOW)).await;
+    h.through(Call::SlowFail(SLOW)).await;
+    h.through(Call::SlowOk(FAST)).await;
+    h.through(Call::SlowFail(FAST)).await;
+    h.through(Call::Ok).await;
+    h.through(Call::Fail).await;
+    assert_eq!(
+        h.breaker.snapshot().policy,
+        PolicyFigures::SlowCalls { calls: 6, slow: 2 }
+    );
+    assert_eq!(h.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_calls_fast_calls_and_fast_failures_never_trip() {
+    let mut h = Harness::new(slow_calls(4, 0.5));
+    for _ in 0..20 {
+        h.through(Call::SlowOk(FAST)).await;
+        h.through(Call::SlowFail(FAST)).await;
+        h.through(Call::Fail).await;
+    }
+    assert_eq!(h.state(), State::Closed);
+    assert_eq!(
+        h.breaker.snapshot().policy,
+        PolicyFigures::SlowCalls { calls: 10, slow: 0 }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_calls_exactly_at_the_threshold_are_not_slow() {
+    let mut h = Harness::new(slow_calls(1, 0.5));
+    h.through(Call::SlowOk(SEC)).await;
+    assert_eq!(
+        h.breaker.snapshot().policy,
+        PolicyFigures::SlowCalls { calls: 1, slow: 0 }
+    );
+    assert_eq!(h.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_calls_below_min_calls_never_trip_even_all_slow() {
+    let mut h = Harness::new(slow_calls(4, 0.5));
+    for _ in 0..3 {
+        h.through(Call::SlowOk(SLOW)).await;
+    }
+    assert_eq!(h.state(), State::Closed);
+    h.through(Call::SlowOk(SLOW)).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::SlowCallRate { slow: 4, calls: 4 })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_call_rate_trips_at_threshold_not_just_below() {
+    let mut h = Harness::new(slow_calls(4, 0.5));
+    for _ in 0..3 {
+        h.through(Call::SlowOk(FAST)).await;
+    }
+    h.through(Call::SlowOk(SLOW)).await; // 1 of 4
+    h.through(Call::SlowOk(SLOW)).await; // 2 of 5
+    assert_eq!(h.state(), State::Closed);
+    h.through(Call::SlowOk(SLOW)).await; // 3 of 6
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::SlowCallRate { slow: 3, calls: 6 })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_call_window_trips_on_recent_slow_calls_after_many_fast_ones() {
+    // Over the last 4 calls: 100 fast calls do not dilute two slow ones.
+    let mut h = Harness::new(SlowCalls::new(SEC).rate(0.5).over_calls(4).min_calls(4));
+    for _ in 0..100 {
+        h.through(Call::Ok).await;
+    }
+    h.through(Call::SlowOk(SLOW)).await;
+    assert_eq!(h.state(), State::Closed);
+    h.through(Call::SlowOk(SLOW)).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::SlowCallRate { slow: 2, calls: 4 })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_calls_running_concurrently_all_count_as_slow() {
+    let b = common::breaker(SlowCalls::new(SEC).rate(1.0).over_calls(10).min_calls(3));
+    let inner = common::Scripted::default();
+    let svc = tower_circuit_breaker::CircuitBreaker::new(inner.clone(), &b);
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let svc = svc.clone();
+        tasks.push(tokio::spawn(async move {
+            use tower::ServiceExt;
+            svc.oneshot(Call::SlowOk(SLOW)).await
+        }));
+    }
+    for task in tasks {
+        assert!(task.await.unwrap().is_ok());
+    }
+    assert_eq!(inner.calls(), 3);
+    assert_eq!(b.state(), State::Open);
+    assert_eq!(
+        b.snapshot().last_trip,
+        Some(TripReason::SlowCallRate { slow: 3, calls: 3 })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_call_rate_trips_at_exactly_seven_of_twenty_five_with_rate_0_28() {
+    // 7 / 25 is exactly 28%: `>=` must trip, whatever f64 makes of 0.28 * 25.
+    let mut h = Harness::new(SlowCalls::new(SEC).rate(0.28).over_calls(25).min_calls(25));
+    for _ in 0..18 {
+        h.through(Call::Ok).await;
+    }
+    for _ in 0..6 {
+        h.through(Call::SlowOk(SLOW)).await;
+    }
+    assert_eq!(h.state(), State::Closed);
+    h.through(Call::SlowOk(SLOW)).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::SlowCallRate { slow: 7, calls: 25 })
+    );
+}
+
+fn slow_calls_over_time() -> SlowCalls {
+    SlowCalls::new(SEC)
+        .rate(0.5)
+        .min_calls(4)
+        .over_time(Duration::from_secs(10), 10)
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_calls_over_time_trip_at_rate_within_the_window() {
+    let mut h = Harness::new(slow_calls_over_time());
+    h.through(Call::Ok).await;
+    h.through(Call::Ok).await;
+    h.through(Call::SlowOk(SLOW)).await;
+    assert_eq!(h.state(), State::Closed);
+    h.through(Call::SlowFail(SLOW)).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::SlowCallRate { slow: 2, calls: 4 })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_calls_over_time_aged_out_of_the_window_do_not_count() {
+    let mut h = Harness::new(slow_calls_over_time());
+    for _ in 0..3 {
+        h.through(Call::SlowOk(SLOW)).await;
+    }
+    assert_eq!(h.state(), State::Closed);
+    advance(Duration::from_secs(11)).await;
+    // Counting the three old slow calls would make 4 of 7.
+    for _ in 0..3 {
+        h.through(Call::Ok).await;
+    }
+    h.through(Call::SlowOk(SLOW)).await;
+    assert_eq!(h.state(), State::Closed);
+    assert_eq!(
+        h.breaker.snapshot().policy,
+        PolicyFigures::SlowCalls { calls: 4, slow: 1 }
+    );
+}
+
+// ---------------------------------------------------------------------------
+// AnyOf
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn any_of_opens_on_count_window_and_names_it_when_consecutive_does_not_trip() {
+    let mut h = Harness::new(TripPolicy::any_of([
+        ConsecutiveFailures::new(3).into(),
+        CountWindow::new(3, 10).into(),
+    ]));
+    h.fail(1).await;
+    h.succeed(1).await;
+    h.fail(1).await;
+    h.succeed(1).await;
+    assert_eq!(h.state(), State::Closed);
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::CountWindow {
+            failures: 3,
+            window: 10
+        })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn any_of_opens_on_consecutive_failures_and_names_it_when_the_window_does_not_trip() {
+    let mut h = Harness::new(TripPolicy::any_of([
+        CountWindow::new(5, 10).into(),
+        ConsecutiveFailures::new(2).into(),
+    ]));
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Closed);
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::ConsecutiveFailures { failures: 2 })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn any_of_names_the_first_member_in_order_when_two_trip_on_the_same_call() {
+    let rate = || -> TripPolicy {
+        TimeWindow::new(Duration::from_secs(60))
+            .min_calls(3)
+            .failure_rate(1.0)
+            .into()
+    };
+    let streak = || -> TripPolicy { ConsecutiveFailures::new(3).into() };
+
+    let mut h = Harness::new(TripPolicy::any_of([rate(), streak()]));
+    h.fail(3).await;
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::FailureRate {
+            failures: 3,
+            calls: 3
+        })
+    );
+
+    let mut h = Harness::new(TripPolicy::any_of([streak(), rate()]));
+    h.fail(3).await;
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::ConsecutiveFailures { failures: 3 })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn any_of_opens_on_slow_calls_and_names_them() {
+    let mut h = Harness::new(TripPolicy::any_of([
+        ConsecutiveFailures::new(5).into(),
+        SlowCalls::new(SEC)
+            .rate(1.0)
+            .over_calls(10)
+            .min_calls(2)
+            .into(),
+    ]));
+    h.through(Call::SlowOk(SLOW)).await;
+    assert_eq!(h.state(), State::Closed);
+    h.through(Call::SlowOk(SLOW)).await;
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(
+        last_trip(&h),
+        Some(TripReason::SlowCallRate { slow: 2, calls: 2 })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn any_of_stays_closed_while_no_member_trips() {
+    let mut h = Harness::new(TripPolicy::any_of([
+        ConsecutiveFailures::new(3).into(),
+        CountWindow::new(3, 10).into(),
+    ]));
+    // F F S S S S S S S S, repeated: never three in a row, never three in ten.
+    for _ in 0..20 {
+        h.fail(2).await;
+        h.succeed(8).await;
+    }
+    assert_eq!(h.state(), State::Closed);
+    assert_eq!(
+        h.breaker.snapshot().policy,
+        PolicyFigures::AnyOf(vec![
+            PolicyFigures::ConsecutiveFailures {
+                failures: 0,
+                threshold: 3
+            },
+            PolicyFigures::CountWindow {
+                failures: 2,
+                threshold: 3,
+                window: 10
+            },
+        ])
+    );
+}
+
+// ---------------------------------------------------------------------------
+// After a close, every policy starts afresh
+// ---------------------------------------------------------------------------
+
+async fn trip_then_close(h: &mut Harness, trip: usize) {
+    h.fail(trip).await;
+    assert_eq!(h.state(), State::Open);
+    advance(Duration::from_secs(30)).await; // default cooldown
+    h.succeed(1).await; // the probe
+    assert_eq!(h.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn count_window_starts_empty_after_the_breaker_closes_again() {
+    let mut h = Harness::new(CountWindow::new(3, 10));
+    trip_then_close(&mut h, 3).await;
+    h.fail(2).await;
+    assert_eq!(h.state(), State::Closed);
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_window_starts_empty_after_the_breaker_closes_again() {
+    // The close comes 30 s later, still inside a 60 s window.
+    let mut h = Harness::new(
+        TimeWindow::new(Duration::from_secs(60))
+            .min_calls(4)
+            .failure_rate(0.5),
+    );
+    trip_then_close(&mut h, 4).await;
+    h.fail(3).await;
+    assert_eq!(h.state(), State::Closed);
+    assert_eq!(
+        h.breaker.snapshot().policy,
+        PolicyFigures::TimeWindow {
+            calls: 3,
+            failures: 3
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn consecutive_failures_start_from_zero_after_the_breaker_closes_again() {
+    let mut h = Harness::new(ConsecutiveFailures::new(3));
+    trip_then_close(&mut h, 3).await;
+    h.fail(2).await;
+    assert_eq!(h.state(), State::Closed);
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+}
+
+// ---------------------------------------------------------------------------
+// Config validation
+// ---------------------------------------------------------------------------
+
+#[track_caller]
+fn assert_rejected(builder: ConfigBuilder, field: &str) {
+    match builder.build() {
+        Ok(config) => panic!("expected an error on `{field}`, got {config:?}"),
+        Err(err) => {
+            assert_eq!(err.field(), field, "{err}");
+            assert!(!err.problem().is_empty());
+            assert!(err.to_string().contains(field), "{err}");
+        }
+    }
+}
+
+fn ok() -> ConfigBuilder {
+    Config::builder()
+}
+
+#[test]
+fn zero_consecutive_failures_threshold_is_rejected() {
+    assert_rejected(
+        builder(ConsecutiveFailures::new(0)),
+        "trip.consecutive_failures.threshold",
+    );
+}
+
+#[test]
+fn count_window_with_zero_failures_is_rejected() {
+    assert_rejected(
+        builder(CountWindow::new(0, 10)),
+        "trip.count_window.failures",
+    );
+}
+
+#[test]
+fn count_window_with_more_failures_than_its_window_is_rejected() {
+    assert_rejected(
+        builder(CountWindow::new(11, 10)),
+        "trip.count_window.failures",
+    );
+    assert!(builder(CountWindow::new(10, 10)).build().is_ok());
+}
+
+#[test]
+fn count_window_with_zero_stale_after_is_rejected() {
+    assert_rejected(
+        builder(CountWindow::new(3, 10).stale_after(Duration::ZERO)),
+        "trip.count_window.stale_after",
+    );
+}
+
+#[test]
+fn time_window_failure_rate_of_zero_above_one_or_nan_is_rejected() {
+    for rate in [0.0, -0.5, 1.000_001, 2.0, f64::NAN, f64::INFINITY] {
+        assert_rejected(
+            builder(TimeWindow::new(Duration::from_secs(10)).failure_rate(rate)),
+            "trip.time_window.failure_rate",
+        );
+    }
+    assert!(
+        builder(TimeWindow::new(Duration::from_secs(10)).failure_rate(1.0))
+            .build()
+            .is_ok()
+    );
+}
+
+#[test]
+fn slow_call_rate_of_zero_above_one_or_nan_is_rejected() {
+    for rate in [0.0, -0.5, 1.5, f64::NAN, f64::NEG_INFINITY] {
+        assert_rejected(
+            builder(SlowCalls::new(SEC).rate(rate)),
+            "trip.slow_calls.rate",
+        );
+    }
+}
+
+#[test]
+fn time_window_with_zero_min_calls_is_rejected() {
+    assert_rejected(
+        builder(TimeWindow::new(Duration::from_secs(10)).min_calls(0)),
+        "trip.time_window.min_calls",
+    );
+}
+
+#[test]
+fn time_window_with_zero_buckets_is_rejected() {
+    assert_rejected(
+        builder(TimeWindow::new(Duration::from_secs(10)).buckets(0)),
+        "trip.time_window.buckets",
+    );
+}
+
+#[test]
+fn time_window_shorter_than_one_millisecond_per_bucket_is_rejected() {
+    assert_rejected(
+        builder(TimeWindow::new(Duration::from_millis(9)).buckets(10)),
+        "trip.time_window.window",
+    );
+    assert_rejected(
+        builder(TimeWindow::new(Duration::ZERO).buckets(1)),
+        "trip.time_window.window",
+    );
+    assert!(
+        builder(TimeWindow::new(Duration::from_millis(10)).buckets(10))
+            .build()
+            .is_ok()
+    );
+}
+
+#[test]
+fn slow_calls_with_zero_threshold_is_rejected() {
+    assert_rejected(
+        builder(SlowCalls::new(Duration::ZERO)),
+        "trip.slow_calls.slower_than",
+    );
+}
+
+#[test]
+fn slow_calls_over_zero_calls_is_rejected() {
+    assert_rejected(
+        builder(SlowCalls::new(SEC).over_calls(0)),
+        "trip.slow_calls.window.calls",
+    );
+}
+
+#[test]
+fn slow_calls_min_calls_above_its_call_window_is_rejected() {
+    assert_rejected(
+        builder(SlowCalls::new(SEC).over_calls(5).min_calls(6)),
+        "trip.slow_calls.min_calls",
+    );
+}
+
+#[test]
+fn slow_calls_over_time_shorter_than_one_millisecond_per_bucket_is_rejected() {
+    assert_rejected(
+        builder(SlowCalls::new(SEC).over_time(Duration::from_millis(5), 10)),
+        "trip.slow_calls.window.length",
+    );
+}
+
+#[test]
+fn zero_probes_is_rejected() {
+    assert_rejected(ok().probes(0), "probes");
+}
+
+#[test]
+fn zero_successes_to_close_is_rejected() {
+    assert_rejected(ok().successes_to_close(0), "successes_to_close");
+}
+
+#[test]
+fn min_open_above_max_open_is_rejected() {
+    assert_rejected(
+        ok().max_open(Duration::from_secs(60))
+            .cooldown(Duration::from_secs(30))
+            .min_open(Duration::from_secs(61)),
+        "min_open",
+    );
+}
+
+#[test]
+fn cooldown_above_max_open_is_rejected() {
+    assert_rejected(
+        ok().max_open(Duration::from_secs(60))
+            .cooldown(Duration::from_secs(61)),
+        "cooldown",
+    );
+}
+
+#[test]
+fn zero_cooldown_is_rejected() {
+    assert_rejected(ok().cooldown(Duration::ZERO), "cooldown");
+}
+
+#[test]
+fn max_open_above_a_year_is_rejected() {
+    assert_rejected(ok().max_open(Duration::MAX), "max_open");
+}
+
+#[test]
+fn backoff_below_one_or_nan_is_rejected() {
+    for backoff in [0.999, 0.0, -2.0, f64::NAN, f64::INFINITY] {
+        assert_rejected(ok().backoff(backoff), "backoff");
+    }
+    assert!(ok().backoff(1.0).build().is_ok());
+}
+
+#[test]
+fn jitter_of_one_or_more_negative_or_nan_is_rejected() {
+    for jitter in [1.0, 1.5, -0.1, f64::NAN] {
+        assert_rejected(ok().jitter(jitter), "jitter");
+    }
+    assert!(ok().jitter(0.0).build().is_ok());
+    assert!(ok().jitter(0.999).build().is_ok());
+}
+
+#[test]
+fn zero_probe_timeout_is_rejected() {
+    assert_rejected(ok().probe_timeout(Some(Duration::ZERO)), "probe_timeout");
+    assert!(ok().probe_timeout(None).build().is_ok());
+}
+
+#[test]
+fn empty_any_of_is_rejected() {
+    assert_rejected(builder(TripPolicy::any_of([])), "trip.any_of");
+}
+
+#[test]
+fn invalid_member_of_any_of_is_named_by_its_index() {
+    assert_rejected(
+        builder(TripPolicy::any_of([
+            ConsecutiveFailures::new(3).into(),
+            CountWindow::new(0, 10).into(),
+        ])),
+        "trip.any_of[1].count_window.failures",
+    );
+}
+
+#[test]
+fn invalid_member_of_nested_any_of_is_named_by_its_path() {
+    assert_rejected(
+        builder(TripPolicy::any_of([
+            TripPolicy::any_of([
+                ConsecutiveFailures::new(3).into(),
+                TimeWindow::new(Duration::from_secs(10))
+                    .failure_rate(0.0)
+                    .into(),
+            ]),
+            CountWindow::new(3, 10).into(),
+        ])),
+        "trip.any_of[0].any_of[1].time_window.failure_rate",
+    );
+    assert_rejected(
+        builder(TripPolicy::any_of([
+            ConsecutiveFailures::new(3).into(),
+            TripPolicy::any_of([]),
+        ])),
+        "trip.any_of[1].any_of",
+    );
+}
+
+#[test]
+fn boundary_values_are_accepted() {
+    let config = ok()
+        .cooldown(Duration::from_secs(60))
+        .max_open(Duration::from_secs(60))
+        .min_open(Duration::from_secs(60))
+        .backoff(1.0)
+        .jitter(0.0)
+        .probes(1)
+        .successes_to_close(1)
+        .trip(TripPolicy::any_of([
+            ConsecutiveFailures::new(1).into(),
+            CountWindow::new(1, 1).into(),
+            TimeWindow::new(Duration::from_millis(1))
+                .buckets(1)
+                .min_calls(1)
+                .failure_rate(1.0)
+                .into(),
+            SlowCalls::new(Duration::from_nanos(1))
+                .rate(1.0)
+                .over_calls(1)
+                .min_calls(1)
+                .into(),
+        ]))
+        .build();
+    assert!(config.is_ok(), "{config:?}");
+}
+
+/// Every combination of extreme values either builds or returns an error:
+/// nothing panics, neither building nor running a breaker with what built.
+#[tokio::test(start_paused = true)]
+async fn build_never_panics_on_extreme_values() {
+    let durations = [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        Duration::from_millis(1),
+        Duration::from_secs(300),
+        Duration::from_secs(365 * 24 * 3600),
+        Duration::MAX,
+    ];
+    let floats = [
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        -0.0,
+        0.0,
+        f64::MIN_POSITIVE,
+        0.5,
+        1.0,
+        1.0 + f64::EPSILON,
+        1000.0,
+        f64::MAX,
+    ];
+    let counts = [0u32, 1, 2, 1_000_000, u32::MAX];
+
+    let mut policies: Vec<TripPolicy> = Vec::new();
+    for &n in &counts {
+        policies.push(ConsecutiveFailures::new(n).into());
+        for &m in &counts {
+            policies.push(CountWindow::new(n, m).into());
+        }
+        for &d in &durations {
+            policies.push(CountWindow::new(1, n.max(1)).stale_after(d).into());
+            for &rate in &floats {
+                policies.push(
+                    TimeWindow::new(d)
+                        .buckets(n)
+                        .min_calls(n)
+                        .failure_rate(rate)
+                        .into(),
+                );
+                policies.push(SlowCalls::new(d).rate(rate).over_calls(n).into());
+                policies.push(SlowCalls::new(d).over_time(d, n).min_calls(n).into());
+            }
+        }
+    }
+    policies.push(TripPolicy::any_of(policies.clone()));
+
+    let mut builders: Vec<ConfigBuilder> = Vec::new();
+    for p in policies {
+        builders.push(builder(p));
+    }
+    for &d in &durations {
+        builders.push(ok().cooldown(d));
+        builders.push(ok().min_open(d));
+        builders.push(ok().max_open(d));
+        builders.push(ok().probe_timeout(Some(d)));
+        builders.push(ok().cooldown(d).max_open(d).min_open(d));
+    }
+    for &f in &floats {
+        builders.push(ok().backoff(f));
+        builders.push(ok().jitter(f));
+        builders.push(
+            ok().backoff(f)
+                .jitter(0.99)
+                .min_open(Duration::from_secs(1))
+                .max_open(Duration::from_secs(365 * 24 * 3600)),
+        );
+    }
+    for &n in &counts {
+        builders.push(ok().probes(n));
+        builders.push(ok().successes_to_close(n));
+    }
+
+    let (mut built, mut rejected) = (0, 0);
+    for b in builders {
+        match b.build() {
+            Err(err) => {
+                assert!(!err.field().is_empty());
+                rejected += 1;
+            }
+            Ok(config) => {
+                built += 1;
+                // A valid config keeps its documented relations.
+                assert!(config.cooldown() > Duration::ZERO);
+                assert!(config.cooldown() <= config.max_open());
+                assert!(config.min_open() <= config.max_open());
+                assert!(config.backoff() >= 1.0);
+                assert!((0.0..1.0).contains(&config.jitter()));
+                assert!(config.probes() >= 1);
+                assert!(config.successes_to_close() >= 1);
+                // Running it does not panic either.
+                let mut h = Harness::with_breaker(Breaker::new(config));
+                let _ = h.call(Call::Fail).await;
+                let _ = h.call(Call::Ok).await;
+                let _ = h.breaker.snapshot();
+            }
+        }
+    }
+    assert!(
+        built > 0 && rejected > 0,
+        "built {built}, rejected {rejected}"
+    );
+}
