@@ -12,7 +12,12 @@
 //!   every call succeeds.
 //! * `rejected`: the breaker, open, refusing every call with `CircuitOpen`.
 //! * `reference/*`: `tower::load_shed` and `tower::timeout` around the same
-//!   inner service, for scale.
+//!   inner service, for scale, and `reference/arc_round_trip`: the inner
+//!   service plus one uncontended reference-count round trip per call (an
+//!   `Arc` cloned into the response future and dropped with it), the price
+//!   any response future that outlives its service pays. The last column of
+//!   the summary gives every scenario's added cost in units of it, a ratio
+//!   that holds from one machine to another where nanoseconds do not.
 //! * `boxed/*`: the same with an inner service whose error is `BoxError`,
 //!   where every rejection is boxed.
 //!
@@ -305,6 +310,44 @@ where
     Scenario::new(name, svc, Some((breaker, State::Open)))
 }
 
+/// The inner service with one uncontended reference-count round trip per
+/// call: its response future holds a clone of an `Arc` and drops it.
+#[derive(Clone)]
+struct ArcRoundTrip {
+    shared: std::sync::Arc<u64>,
+}
+
+/// Response future of [`ArcRoundTrip`].
+struct ArcFuture {
+    value: u64,
+    _shared: std::sync::Arc<u64>,
+}
+
+impl Future for ArcFuture {
+    type Output = Result<u64, BenchError>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+        Poll::Ready(Ok(self.value))
+    }
+}
+
+impl Service<u64> for ArcRoundTrip {
+    type Response = u64;
+    type Error = BenchError;
+    type Future = ArcFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BenchError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, value: u64) -> ArcFuture {
+        ArcFuture {
+            value,
+            _shared: std::sync::Arc::clone(&self.shared),
+        }
+    }
+}
+
 /// Every scenario, `bare` first: the others are reported against it.
 fn scenarios() -> Vec<Scenario> {
     let mut load_shed = LoadShed::new(inner());
@@ -343,6 +386,13 @@ fn scenarios() -> Vec<Scenario> {
         // error type is `BoxError`, which matters only on failure.
         Scenario::new("reference/load_shed", load_shed, None),
         Scenario::new("reference/timeout", timeout, None),
+        Scenario::new(
+            "reference/arc_round_trip",
+            ArcRoundTrip {
+                shared: std::sync::Arc::new(0),
+            },
+            None,
+        ),
         Scenario::new("boxed/bare", bare_boxed, None),
         closed("boxed/closed/consecutive", Config::default(), inner_boxed()),
         rejected("boxed/rejected", inner_boxed(), || BoxError::from("down")),
@@ -418,22 +468,28 @@ fn summarize(scenarios: &mut [Scenario], effort: &Effort) {
         .collect();
     assert_eq!(scenarios[0].name, "bare", "the baseline comes first");
     let bare = ns[0];
+    let round_trip = scenarios
+        .iter()
+        .position(|s| s.name == "reference/arc_round_trip")
+        .map(|i| ns[i] - bare)
+        .expect("the reference-count round trip is measured");
     println!();
     println!(
         "hot path summary ({}): min of {} rounds x {} calls; allocations over {} calls",
         effort.mode, effort.rounds, effort.calls, effort.alloc_calls
     );
     println!(
-        "{:<26} {:>9} {:>12} {:>12}",
-        "scenario", "ns/call", "+ns vs bare", "allocs/call"
+        "{:<26} {:>9} {:>12} {:>12} {:>14}",
+        "scenario", "ns/call", "+ns vs bare", "allocs/call", "+ns / arc rt"
     );
     for ((scenario, ns), allocs) in scenarios.iter().zip(&ns).zip(&allocs) {
         println!(
-            "{:<26} {:>9.2} {:>12.2} {:>12.2}",
+            "{:<26} {:>9.2} {:>12.2} {:>12.2} {:>14.2}",
             scenario.name,
             ns,
             ns - bare,
-            allocs
+            allocs,
+            (ns - bare) / round_trip
         );
     }
 }
@@ -459,6 +515,12 @@ fn main() {
     let quick = std::env::var_os("HOT_PATH_QUICK").is_some_and(|v| v == "1");
 
     let mut scenarios = scenarios();
+    // `HOT_PATH_ONLY=closed/consecutive` keeps one scenario (with the two
+    // baselines), for profiling it alone.
+    if let Ok(only) = std::env::var("HOT_PATH_ONLY") {
+        scenarios
+            .retain(|s| s.name == "bare" || s.name == "reference/arc_round_trip" || s.name == only);
+    }
     let effort = if test {
         Effort {
             mode: "test run, timings mean nothing",

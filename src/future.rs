@@ -15,6 +15,7 @@ use crate::local::{Lease, Local};
 
 /// Records a call's verdict: in the closed generation that admitted it, or
 /// as a probe through its permit.
+#[inline]
 fn record<C>(
     local: &Local<C>,
     generation: u32,
@@ -34,7 +35,12 @@ fn record<C>(
             generation,
             verdict.outcome(),
             verdict.retry_after(),
-            start.map(|s| s.elapsed()),
+            // One clock read gives both the latency and the time to record
+            // it at.
+            start.map(|start| {
+                let end = Instant::now();
+                (end.saturating_duration_since(start), end)
+            }),
         ),
         Some(permit) => match verdict.outcome() {
             Outcome::Success => permit.succeed(),
@@ -84,6 +90,7 @@ pin_project! {
 }
 
 impl<F, C> ResponseFuture<F, C> {
+    #[inline]
     pub(crate) fn called(
         future: F,
         local: Lease<C>,
@@ -118,6 +125,7 @@ where
 {
     type Output = Result<T, E>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Rejected { error } => match error.take() {

@@ -134,12 +134,23 @@ impl<C> Drop for Lease<C> {
         // never one (that would need 2^64 - 1 returns), so only a release
         // after the owner has gone can see one: the last lease out.
         if self.refs.fetch_sub(1, Ordering::Release) == 1 {
-            // Pair with every other release before freeing, as `Arc` does.
-            fence(Ordering::Acquire);
-            // SAFETY: the owner has dropped and this was the last lease:
-            // nothing else can reach the `Local`, which came from `Box::leak`.
-            drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
+            self.free();
         }
+    }
+}
+
+impl<C> Lease<C> {
+    /// Frees the `Local`: out of line, so that the common release (the
+    /// owner still alive) inlines into the caller.
+    #[cold]
+    #[inline(never)]
+    fn free(&mut self) {
+        // Pair with every other release before freeing, as `Arc` does.
+        fence(Ordering::Acquire);
+        // SAFETY: the owner has dropped and this was the last lease (the
+        // caller saw `refs` go from one to zero): nothing else can reach the
+        // `Local`, which came from `Box::leak`.
+        drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
     }
 }
 

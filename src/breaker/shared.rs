@@ -181,7 +181,11 @@ impl Shared {
 
     #[inline]
     fn now_ms(&self) -> u64 {
-        let elapsed = Instant::now().saturating_duration_since(self.epoch);
+        self.ms_at(Instant::now())
+    }
+
+    fn ms_at(&self, instant: Instant) -> u64 {
+        let elapsed = instant.saturating_duration_since(self.epoch);
         // In u64: `as_millis` would compute in u128 on the refusal path.
         elapsed
             .as_secs()
@@ -494,14 +498,15 @@ impl Shared {
         }
     }
 
-    /// Records the outcome of a call admitted while closed in `generation`.
+    /// Records the outcome of a call admitted while closed in `generation`;
+    /// `timing` is the call's latency and end, when a policy times calls.
     #[inline]
     pub(crate) fn record_closed(
         &self,
         generation: u32,
         outcome: Outcome,
         hint: Option<Duration>,
-        elapsed: Option<Duration>,
+        timing: Option<(Duration, Instant)>,
     ) {
         match outcome {
             Outcome::Ignore => {
@@ -509,7 +514,7 @@ impl Shared {
             }
             // The common case: nothing to reset, nothing to write.
             Outcome::Success if !self.hot.0.success_matters.load(Ordering::Relaxed) => {}
-            _ => self.record_closed_slow(generation, outcome == Outcome::Failure, hint, elapsed),
+            _ => self.record_closed_slow(generation, outcome == Outcome::Failure, hint, timing),
         }
     }
 
@@ -519,7 +524,7 @@ impl Shared {
         generation: u32,
         failure: bool,
         hint: Option<Duration>,
-        elapsed: Option<Duration>,
+        timing: Option<(Duration, Instant)>,
     ) {
         let mut book = self.lock();
         let w = self.load();
@@ -527,7 +532,10 @@ impl Shared {
             self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let now = self.now_ms();
+        let (elapsed, now) = match timing {
+            Some((elapsed, end)) => (Some(elapsed), self.ms_at(end)),
+            None => (None, self.now_ms()),
+        };
         if failure {
             self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
             self.note_hint(&mut book, hint, now);

@@ -131,64 +131,106 @@ pub(crate) fn validate_rate(path: &str, field: &str, rate: f64) -> Result<(), Co
     Ok(())
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Slot {
-    index: u64,
     calls: u32,
     hits: u32,
 }
 
-const EMPTY: Slot = Slot {
-    index: u64::MAX,
-    calls: 0,
-    hits: 0,
-};
-
-/// Calls and "hits" (failures, or slow calls) per bucket of time.
+/// Calls and "hits" (failures, or slow calls) per bucket of time, with
+/// running totals over the window so that a verdict costs no scan, and the
+/// current bucket's end kept so that staying in it costs no division.
 #[derive(Debug)]
 pub(crate) struct Buckets {
     bucket_ms: u64,
     slots: Vec<Slot>,
+    /// Index (time / bucket length) of the newest bucket, and its slot.
+    head_index: u64,
+    head_slot: usize,
+    /// End of the newest bucket, in milliseconds.
+    head_end_ms: u64,
+    calls: u32,
+    hits: u32,
 }
 
 impl Buckets {
     pub(crate) fn new(window: Duration, buckets: u32) -> Self {
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        let bucket_ms = (window_ms / buckets as u64).max(1);
         Buckets {
-            bucket_ms: (window_ms / buckets as u64).max(1),
-            slots: vec![EMPTY; buckets as usize],
+            bucket_ms,
+            slots: vec![Slot::default(); buckets as usize],
+            head_index: 0,
+            head_slot: 0,
+            head_end_ms: bucket_ms,
+            calls: 0,
+            hits: 0,
         }
     }
 
-    pub(crate) fn add(&mut self, hit: bool, now_ms: u64) {
-        let index = now_ms / self.bucket_ms;
-        let len = self.slots.len() as u64;
-        let slot = &mut self.slots[(index % len) as usize];
-        if slot.index != index {
-            *slot = Slot {
-                index,
-                calls: 0,
-                hits: 0,
-            };
+    /// Moves the window forward to `now_ms`, dropping the buckets that fall
+    /// out of it. A time at or before the newest bucket counts in it.
+    fn advance(&mut self, now_ms: u64) {
+        if now_ms < self.head_end_ms {
+            return;
         }
-        slot.calls = slot.calls.saturating_add(1);
-        slot.hits = slot.hits.saturating_add(hit as u32);
+        let index = now_ms / self.bucket_ms;
+        let len = self.slots.len();
+        let steps = index - self.head_index;
+        if steps >= len as u64 {
+            self.slots.fill(Slot::default());
+            self.calls = 0;
+            self.hits = 0;
+            self.head_slot = (index % len as u64) as usize;
+        } else {
+            for _ in 0..steps {
+                self.head_slot = (self.head_slot + 1) % len;
+                let gone = std::mem::take(&mut self.slots[self.head_slot]);
+                self.calls -= gone.calls;
+                self.hits -= gone.hits;
+            }
+        }
+        self.head_index = index;
+        self.head_end_ms = index.saturating_add(1).saturating_mul(self.bucket_ms);
+    }
+
+    pub(crate) fn add(&mut self, hit: bool, now_ms: u64) {
+        self.advance(now_ms);
+        // Saturate the bucket and the totals together, so they stay equal
+        // to the sum of the buckets.
+        let slot = &mut self.slots[self.head_slot];
+        if slot.calls < u32::MAX && self.calls < u32::MAX {
+            slot.calls += 1;
+            self.calls += 1;
+            if hit {
+                slot.hits += 1;
+                self.hits += 1;
+            }
+        }
     }
 
     /// (calls, hits) over the buckets still inside the window at `now_ms`.
     pub(crate) fn totals(&self, now_ms: u64) -> (u32, u32) {
-        let current = now_ms / self.bucket_ms;
-        let len = self.slots.len() as u64;
-        self.slots
-            .iter()
-            .filter(|s| s.index != u64::MAX && s.index <= current && s.index + len > current)
-            .fold((0u32, 0u32), |(c, h), s| {
-                (c.saturating_add(s.calls), h.saturating_add(s.hits))
-            })
+        if now_ms < self.head_end_ms {
+            return (self.calls, self.hits);
+        }
+        // Read-only view of what `advance` would drop.
+        let index = now_ms / self.bucket_ms;
+        let len = self.slots.len();
+        let steps = index - self.head_index;
+        if steps >= len as u64 {
+            return (0, 0);
+        }
+        (1..=steps as usize).fold((self.calls, self.hits), |(c, h), step| {
+            let gone = self.slots[(self.head_slot + step) % len];
+            (c - gone.calls, h - gone.hits)
+        })
     }
 
     pub(crate) fn reset(&mut self) {
-        self.slots.fill(EMPTY);
+        self.slots.fill(Slot::default());
+        self.calls = 0;
+        self.hits = 0;
     }
 }
 
@@ -211,7 +253,7 @@ impl FailureRate {
 
     pub(crate) fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
         self.buckets.add(sample.failure, now_ms);
-        let (calls, failures) = self.buckets.totals(now_ms);
+        let (calls, failures) = (self.buckets.calls, self.buckets.hits);
         trips(calls, failures, self.min_calls, self.rate)
             .then_some(TripReason::FailureRate { failures, calls })
     }
