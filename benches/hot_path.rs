@@ -8,8 +8,8 @@
 //! Scenarios:
 //!
 //! * `bare`: the inner service alone, the baseline.
-//! * `closed/*`: the breaker, closed, in front of it, one per trip policy;
-//!   every call succeeds.
+//! * `closed/*`: the breaker, closed, in front of it, one per trip policy,
+//!   and `closed/gate` in gate readiness mode; every call succeeds.
 //! * `rejected`: the breaker, open, refusing every call with `CircuitOpen`.
 //! * `reference/*`: `tower::load_shed` and `tower::timeout` around the same
 //!   inner service, for scale, and `reference/arc_round_trip`: the inner
@@ -48,7 +48,7 @@ use tower::{service_fn, BoxError, Service};
 use tower_circuit_breaker::policy::{
     ConsecutiveFailures, CountWindow, SlowCalls, TimeWindow, TripPolicy,
 };
-use tower_circuit_breaker::{Breaker, CircuitBreaker, CircuitOpen, Config, State};
+use tower_circuit_breaker::{Breaker, CircuitBreaker, CircuitOpen, Config, Readiness, State};
 
 /// Counts heap allocations (and reallocations) so that each scenario can
 /// report how many a call costs; frees are not counted.
@@ -310,6 +310,19 @@ where
     Scenario::new(name, svc, Some((breaker, State::Open)))
 }
 
+/// A closed breaker in gate readiness mode (default policy): its closed
+/// path must cost what fail-fast's does.
+fn closed_gate<S, E>(name: &'static str, config: Config, inner: S) -> Scenario
+where
+    S: Service<u64, Response = u64, Error = E> + 'static,
+    E: From<CircuitOpen> + fmt::Debug,
+{
+    let breaker = Breaker::new(config);
+    let mut svc = CircuitBreaker::new(inner, &breaker).readiness(Readiness::Gate);
+    expect_served(name, &mut svc);
+    Scenario::new(name, svc, Some((breaker, State::Closed)))
+}
+
 /// The inner service with one uncontended reference-count round trip per
 /// call: its response future holds a clone of an `Arc` and drops it.
 #[derive(Clone)]
@@ -362,6 +375,7 @@ fn scenarios() -> Vec<Scenario> {
     vec![
         Scenario::new("bare", bare, None),
         closed("closed/consecutive", Config::default(), inner()),
+        closed_gate("closed/gate", Config::default(), inner()),
         closed(
             "closed/count_window",
             config("closed/count_window", CountWindow::new(5, 20)),

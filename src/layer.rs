@@ -5,7 +5,7 @@ use tower_layer::Layer;
 use crate::breaker::Breaker;
 use crate::classify::ErrorsAsFailures;
 use crate::config::Config;
-use crate::service::CircuitBreaker;
+use crate::service::{CircuitBreaker, Readiness};
 
 /// Wraps services in a [`CircuitBreaker`].
 ///
@@ -38,6 +38,7 @@ use crate::service::CircuitBreaker;
 pub struct CircuitBreakerLayer<C = ErrorsAsFailures> {
     breaker: Breaker,
     classifier: C,
+    mode: Readiness,
 }
 
 impl CircuitBreakerLayer {
@@ -52,6 +53,7 @@ impl CircuitBreakerLayer {
         CircuitBreakerLayer {
             breaker,
             classifier: ErrorsAsFailures,
+            mode: Readiness::FailFast,
         }
     }
 }
@@ -62,7 +64,15 @@ impl<C> CircuitBreakerLayer<C> {
         CircuitBreakerLayer {
             breaker: self.breaker,
             classifier,
+            mode: self.mode,
         }
+    }
+
+    /// Sets how wrapped services answer `poll_ready` while the breaker will
+    /// not admit a call (default [`Readiness::FailFast`]; see [`Readiness`]).
+    pub fn readiness(mut self, mode: Readiness) -> Self {
+        self.mode = mode;
+        self
     }
 
     /// A handle to the breaker every wrapped service shares.
@@ -76,5 +86,6 @@ impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C> {
 
     fn layer(&self, inner: S) -> Self::Service {
         CircuitBreaker::with_classifier(inner, &self.breaker, self.classifier.clone())
+            .readiness(self.mode)
     }
 }

@@ -46,6 +46,9 @@
 //!   because a circuit is open: tower would discard the service.
 //! * **Half-open is derived from the clock**: open plus an elapsed open
 //!   period reads as half-open. No timer task exists that could be lost.
+//! * **Two readiness modes** ([`Readiness`]): fail fast (the default: ready
+//!   at once, `call` refuses) or gate (`Pending` until a probe is possible,
+//!   woken exactly then, so `tower::balance` routes around the endpoint).
 //! * **Probes are reservations**: a half-open permit is taken in
 //!   `poll_ready`, moved into the response future by `call`, and given back
 //!   when the future completes, is dropped, or panics.
@@ -93,4 +96,4 @@ pub use breaker::{Breaker, Counts, Snapshot, State};
 pub use config::{Config, ConfigBuilder};
 pub use error::{CircuitOpen, ConfigError};
 pub use layer::CircuitBreakerLayer;
-pub use service::CircuitBreaker;
+pub use service::{CircuitBreaker, Readiness};

@@ -20,7 +20,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::breaker::shared::{CloneCounts, Shared};
+use crate::breaker::clones::CloneCounts;
+use crate::breaker::shared::Shared;
 use crate::error::Name;
 
 /// What one service clone needs, held privately by that clone.
@@ -62,7 +63,7 @@ unsafe impl<C: Send + Sync> Sync for Lease<C> {}
 impl<C> Owner<C> {
     pub(crate) fn new(shared: Arc<Shared>, classifier: C) -> Self {
         let name = Name::new(shared.name());
-        let (counts, slot) = shared.register_clone();
+        let (counts, slot) = shared.clones.register();
         let local = Box::new(Local {
             shared,
             name,
@@ -76,6 +77,11 @@ impl<C> Owner<C> {
             slot,
             _owns: PhantomData,
         }
+    }
+
+    /// This clone's slot in the breaker's registry of clones.
+    pub(crate) fn slot(&self) -> usize {
+        self.slot
     }
 
     /// A reference for a response future. No atomic operation: only this
@@ -114,7 +120,7 @@ impl<C> Deref for Lease<C> {
 
 impl<C> Drop for Owner<C> {
     fn drop(&mut self) {
-        self.shared.retire_clone(self.slot);
+        self.shared.clones.retire(self.slot);
         // `refs` is minus the leases returned so far; adding the number
         // issued gives the leases still out. AcqRel: release this clone's
         // own accesses, and acquire every returned lease's, in case we free.

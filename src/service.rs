@@ -1,11 +1,13 @@
 //! The tower [`Service`]: admission in `poll_ready`, rejection in `call`.
 
 use std::fmt;
+use std::future::Future;
 use std::mem;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::breaker::admission::{Decision, Permit};
@@ -17,8 +19,49 @@ use crate::future::ResponseFuture;
 use crate::local::Owner;
 use crate::State;
 
+/// How a breaker that will not admit a call answers `poll_ready`.
+///
+/// | mode | open (or half-open with every permit taken) | choose it when |
+/// | --- | --- | --- |
+/// | [`FailFast`](Readiness::FailFast) (default) | `Ready(Ok)` at once; `call` returns [`CircuitOpen`] | callers want an answer now: to fail over, to return a 503, to show an error |
+/// | [`Gate`](Readiness::Gate) | `Pending`, woken exactly when a probe becomes possible or the breaker changes | a balancer (`tower::balance`, a `ReadyCache`) should route around the endpoint, or callers should wait rather than fail |
+///
+/// In gate mode the waiting clone costs no CPU: it is woken by the breaker's
+/// transitions, by a probe permit being given back, and by one timer set to
+/// the end of the open period (or, half-open, to the in-flight probes'
+/// deadline). `poll_ready` never returns `Err` because a circuit is open in
+/// either mode, and a permit reserved by `poll_ready` is never refused by
+/// `call`.
+///
+/// Gate mode needs a tokio runtime with its timer enabled (as
+/// `#[tokio::main]` and `#[tokio::test]` provide). Under `tower::load_shed`
+/// a gated breaker's `Pending` becomes an immediate `Overloaded` error;
+/// under `tower::buffer` callers queue (up to the buffer's bound) until the
+/// breaker admits them, and the buffer is never poisoned.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower::{service_fn, BoxError, ServiceBuilder};
+/// use tower_circuit_breaker::{CircuitBreakerLayer, Config, Readiness};
+///
+/// let endpoint = ServiceBuilder::new()
+///     .layer(CircuitBreakerLayer::new(Config::default()).readiness(Readiness::Gate))
+///     .timeout(Duration::from_secs(30))
+///     .service(service_fn(|req: u32| async move { Ok::<_, BoxError>(req) }));
+/// # let _ = endpoint;
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Readiness {
+    /// Ready at once; `call` refuses with [`CircuitOpen`].
+    #[default]
+    FailFast,
+    /// Not ready until the breaker would admit a call.
+    Gate,
+}
+
 /// What the last `poll_ready` found; consumed by the next `call`.
-enum Readiness {
+enum Reservation {
     /// Nothing reserved: no `poll_ready` since the last `call`, or closed.
     Unchecked,
     /// Half-open: this clone holds a probe permit (a reservation).
@@ -77,7 +120,10 @@ enum Readiness {
 pub struct CircuitBreaker<S, C = ErrorsAsFailures> {
     inner: S,
     local: Owner<C>,
-    ready: Readiness,
+    ready: Reservation,
+    mode: Readiness,
+    /// Gate mode's one timer: the end of the period it waits for.
+    sleep: Option<Pin<Box<Sleep>>>,
 }
 
 impl<S> CircuitBreaker<S> {
@@ -93,12 +139,21 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
         CircuitBreaker {
             inner,
             local: Owner::new(Arc::clone(&breaker.shared), classifier),
-            ready: Readiness::Unchecked,
+            ready: Reservation::Unchecked,
+            mode: Readiness::FailFast,
+            sleep: None,
         }
     }
 }
 
 impl<S, C> CircuitBreaker<S, C> {
+    /// Sets how `poll_ready` answers while the breaker will not admit a call
+    /// (default [`Readiness::FailFast`]).
+    pub fn readiness(mut self, mode: Readiness) -> Self {
+        self.mode = mode;
+        self
+    }
+
     /// A handle to the breaker.
     pub fn breaker(&self) -> Breaker {
         Breaker {
@@ -142,8 +197,8 @@ where
         if self.local.shared.load().tag() == Tag::Closed {
             // Closed needs no reservation; a permit left from an earlier
             // half-open generation is stale, and goes back.
-            if !matches!(self.ready, Readiness::Unchecked) {
-                self.ready = Readiness::Unchecked;
+            if !matches!(self.ready, Reservation::Unchecked) {
+                self.ready = Reservation::Unchecked;
             }
             return self.inner.poll_ready(cx);
         }
@@ -156,15 +211,15 @@ where
         if word.tag() == Tag::Closed {
             // Readiness counts once: the next call needs a new `poll_ready`.
             match self.ready {
-                Readiness::Unchecked => {}
+                Reservation::Unchecked => {}
                 // `poll_ready` refused without polling the inner service, so
                 // it must not be called, even though the breaker has closed
                 // since: refuse this once; the next `poll_ready` sees closed.
-                Readiness::Reject { state, .. } => {
-                    self.ready = Readiness::Unchecked;
+                Reservation::Reject { state, .. } => {
+                    self.ready = Reservation::Unchecked;
                     return ResponseFuture::rejected(self.reject(0, state));
                 }
-                Readiness::Probe(_) => self.ready = Readiness::Unchecked,
+                Reservation::Probe(_) => self.ready = Reservation::Unchecked,
             }
             return self.call_admitted(req, word.generation(), None);
         }
@@ -177,36 +232,78 @@ impl<S, C> CircuitBreaker<S, C> {
     where
         S: Service<Req>,
     {
-        // A permit reserved by an earlier poll that returned `Pending` is kept
-        // while it belongs to the current half-open generation.
-        let keep = matches!(&self.ready, Readiness::Probe(permit) if permit.is_current());
-        if !keep {
-            self.ready = match self.local.shared.admit() {
-                Decision::Closed(_) => Readiness::Unchecked,
-                Decision::Probe(permit) => Readiness::Probe(permit),
-                Decision::Reject {
-                    retry_after_ms,
-                    state,
-                } => {
-                    // Open: ready at once, without polling the inner service;
-                    // `call` refuses. Never `Err`: tower would discard us.
-                    self.ready = Readiness::Reject {
-                        word: self.local.shared.load().0,
+        // Each turn either returns or follows a change of state or the end
+        // of a period; the bound only guards against a clock that disagrees
+        // with the timer, by yielding instead of spinning.
+        for _ in 0..8 {
+            // A permit reserved by an earlier poll that returned `Pending` is
+            // kept while it belongs to the current half-open generation.
+            let keep = matches!(&self.ready, Reservation::Probe(permit) if permit.is_current());
+            if !keep {
+                self.ready = match self.local.shared.admit() {
+                    Decision::Closed(_) => Reservation::Unchecked,
+                    Decision::Probe(permit) => Reservation::Probe(permit),
+                    Decision::Reject {
                         retry_after_ms,
                         state,
-                    };
-                    return Poll::Ready(Ok(()));
+                        word,
+                        until_ms,
+                    } => {
+                        if self.mode == Readiness::FailFast {
+                            // Ready at once, without polling the inner
+                            // service; `call` refuses. Never `Err`: tower
+                            // would discard us.
+                            self.ready = Reservation::Reject {
+                                word: word.0,
+                                retry_after_ms,
+                                state,
+                            };
+                            return Poll::Ready(Ok(()));
+                        }
+                        self.ready = Reservation::Unchecked;
+                        if self.gate_wait(cx, word, until_ms) {
+                            continue;
+                        }
+                        return Poll::Pending;
+                    }
+                };
+            }
+            return match self.inner.poll_ready(cx) {
+                Poll::Ready(Err(e)) => {
+                    // The inner service is broken; a reserved permit goes back.
+                    self.ready = Reservation::Unchecked;
+                    Poll::Ready(Err(e))
                 }
+                other => other,
             };
         }
-        match self.inner.poll_ready(cx) {
-            Poll::Ready(Err(e)) => {
-                // The inner service is broken; a reserved permit goes back.
-                self.ready = Readiness::Unchecked;
-                Poll::Ready(Err(e))
-            }
-            other => other,
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// Gate mode, refused: arrange to be woken when the breaker changes
+    /// (any transition, a permit given back) or when a probe becomes
+    /// possible (`until_ms`). Returns true when that has already happened.
+    fn gate_wait(&mut self, cx: &mut Context<'_>, seen: Word, until_ms: Option<u64>) -> bool {
+        let shared = &self.local.shared;
+        shared.clones.wait(self.local.slot(), cx.waker());
+        // A change made before the waker was in place woke nobody: look again.
+        if shared.load() != seen {
+            return true;
         }
+        if let Some(until_ms) = until_ms {
+            let deadline = shared.instant_at(until_ms);
+            let sleep = self
+                .sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if sleep.deadline() != deadline {
+                sleep.as_mut().reset(deadline);
+            }
+            if sleep.as_mut().poll(cx).is_ready() {
+                return true;
+            }
+        }
+        false
     }
 
     #[cold]
@@ -216,7 +313,7 @@ impl<S, C> CircuitBreaker<S, C> {
     {
         // Read a refusal field by field: moving the whole readiness out right
         // after `poll_ready` wrote it would stall on store forwarding.
-        if let Readiness::Reject {
+        if let Reservation::Reject {
             word: seen,
             retry_after_ms,
             state,
@@ -224,12 +321,12 @@ impl<S, C> CircuitBreaker<S, C> {
         {
             // The inner service was not polled: refuse whatever the state is
             // now; if it has moved on, the next `poll_ready` will see it.
-            self.ready = Readiness::Unchecked;
+            self.ready = Reservation::Unchecked;
             let retry_after_ms = if seen == word.0 { retry_after_ms } else { 0 };
             return ResponseFuture::rejected(self.reject(retry_after_ms, state));
         }
-        match mem::replace(&mut self.ready, Readiness::Unchecked) {
-            Readiness::Probe(permit) if permit.is_current() => {
+        match mem::replace(&mut self.ready, Reservation::Unchecked) {
+            Reservation::Probe(permit) if permit.is_current() => {
                 self.call_admitted(req, permit.generation(), Some(permit))
             }
             // The breaker left closed since `poll_ready` (or there was
@@ -243,6 +340,7 @@ impl<S, C> CircuitBreaker<S, C> {
                 Decision::Reject {
                     retry_after_ms,
                     state,
+                    ..
                 } => ResponseFuture::rejected(self.reject(retry_after_ms, state)),
             },
         }
@@ -276,7 +374,10 @@ impl<S: Clone, C: Clone> Clone for CircuitBreaker<S, C> {
                 Arc::clone(&self.local.shared),
                 self.local.classifier.clone(),
             ),
-            ready: Readiness::Unchecked,
+            ready: Reservation::Unchecked,
+            mode: self.mode,
+            // Timers are per clone: each waits on its own.
+            sleep: None,
         }
     }
 }

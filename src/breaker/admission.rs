@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::shared::Shared;
+use super::state::Word;
 use crate::State;
 
 /// What the breaker says about one call.
@@ -15,7 +16,15 @@ pub(crate) enum Decision {
     /// Half-open: this call is a probe and holds a permit.
     Probe(Permit),
     /// Refuse at once.
-    Reject { retry_after_ms: u64, state: State },
+    Reject {
+        retry_after_ms: u64,
+        state: State,
+        /// The state word the refusal was decided on.
+        word: Word,
+        /// When a call may next be admitted (the end of the open period, or
+        /// the in-flight probes' deadline), if known.
+        until_ms: Option<u64>,
+    },
 }
 
 /// One of the `probes` half-open permits.

@@ -2,6 +2,7 @@
 //! [`Breaker`] handle that reads it.
 
 pub(crate) mod admission;
+pub(crate) mod clones;
 pub(crate) mod shared;
 pub(crate) mod state;
 

@@ -19,6 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::admission::{Decision, Permit};
+use super::clones::Clones;
 use super::state::{Tag, Word, MAX_DEADLINE_MS};
 use crate::classify::Outcome;
 use crate::config::Config;
@@ -67,52 +68,11 @@ struct Book {
     rng: u64,
 }
 
-/// Counts one service clone keeps for itself. Only that clone writes them,
-/// from `call` (which has `&mut self`), so an increment is a load and a
-/// store rather than a read-modify-write, on a line no other clone writes.
-#[repr(align(128))]
-#[derive(Default)]
-pub(crate) struct CloneCounts {
-    admitted: AtomicU64,
-    rejected: AtomicU64,
-}
-
-impl CloneCounts {
-    #[inline]
-    pub(crate) fn admitted(&self) {
-        bump(&self.admitted);
-    }
-
-    #[inline]
-    pub(crate) fn rejected(&self) {
-        bump(&self.rejected);
-    }
-}
-
-/// Increments a counter that has a single writer.
-#[inline]
-fn bump(counter: &AtomicU64) {
-    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-}
-
-#[derive(Default)]
-struct Retired {
-    admitted: u64,
-    rejected: u64,
-}
-
-#[derive(Default)]
-struct Clones {
-    live: Vec<Option<Arc<CloneCounts>>>,
-    free: Vec<usize>,
-    retired: Retired,
-}
-
 pub(crate) struct Shared {
     hot: Padded<Hot>,
     counters: Padded<Counters>,
     book: Mutex<Book>,
-    clones: Mutex<Clones>,
+    pub(crate) clones: Clones,
     pub(crate) config: Config,
     pub(crate) needs_latency: bool,
     epoch: Instant,
@@ -143,7 +103,7 @@ impl Shared {
                 probe_deadline_ms: AtomicU64::new(u64::MAX),
             }),
             counters: Padded(Counters::default()),
-            clones: Mutex::new(Clones::default()),
+            clones: Clones::default(),
             book: Mutex::new(Book {
                 policy,
                 attempt: 0,
@@ -184,6 +144,11 @@ impl Shared {
         self.ms_at(Instant::now())
     }
 
+    /// The instant `ms` milliseconds after the epoch.
+    pub(crate) fn instant_at(&self, ms: u64) -> Instant {
+        self.epoch + Duration::from_millis(ms)
+    }
+
     fn ms_at(&self, instant: Instant) -> u64 {
         let elapsed = instant.saturating_duration_since(self.epoch);
         // In u64: `as_millis` would compute in u128 on the refusal path.
@@ -199,46 +164,6 @@ impl Shared {
         self.book
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Registers a service clone's own counters; the snapshot sums them.
-    pub(crate) fn register_clone(&self) -> (Arc<CloneCounts>, usize) {
-        let counts = Arc::new(CloneCounts::default());
-        let mut clones = self.clones.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = match clones.free.pop() {
-            Some(slot) => {
-                clones.live[slot] = Some(Arc::clone(&counts));
-                slot
-            }
-            None => {
-                clones.live.push(Some(Arc::clone(&counts)));
-                clones.live.len() - 1
-            }
-        };
-        (counts, slot)
-    }
-
-    /// A service clone is going: fold its counters into the totals.
-    pub(crate) fn retire_clone(&self, slot: usize) {
-        let mut clones = self.clones.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(counts) = clones.live.get_mut(slot).and_then(Option::take) {
-            clones.retired.admitted += counts.admitted.load(Ordering::Relaxed);
-            clones.retired.rejected += counts.rejected.load(Ordering::Relaxed);
-            clones.free.push(slot);
-        }
-    }
-
-    fn clone_totals(&self) -> (u64, u64) {
-        let clones = self.clones.lock().unwrap_or_else(|p| p.into_inner());
-        clones.live.iter().flatten().fold(
-            (clones.retired.admitted, clones.retired.rejected),
-            |(a, r), c| {
-                (
-                    a + c.admitted.load(Ordering::Relaxed),
-                    r + c.rejected.load(Ordering::Relaxed),
-                )
-            },
-        )
     }
 
     pub(crate) fn is_half_open_in(&self, generation: u32) -> bool {
@@ -269,12 +194,14 @@ impl Shared {
                         return Decision::Reject {
                             retry_after_ms: w.open_until_ms() - now,
                             state: State::Open,
+                            word: w,
+                            until_ms: Some(w.open_until_ms()),
                         };
                     }
                     let next = Word::half_open(w.next_generation(), 0, 0);
                     match self.cas(w, next) {
                         Ok(()) => {
-                            self.transition(State::Open, next, None, None).emit();
+                            self.announce(self.transition(State::Open, next, None, None));
                             w = next;
                         }
                         Err(actual) => w = actual,
@@ -314,6 +241,8 @@ impl Shared {
                     return Decision::Reject {
                         retry_after_ms,
                         state: State::HalfOpen,
+                        word: w,
+                        until_ms: (deadline != u64::MAX).then_some(deadline),
                     };
                 }
             }
@@ -382,6 +311,8 @@ impl Shared {
             let mut book = self.lock();
             self.clear_probe(&mut book, generation, slot);
         }
+        // A permit is free again: a gate-mode clone waiting for one may go.
+        self.clones.wake_all();
     }
 
     pub(crate) fn probe_succeeded(&self, generation: u32, slot: Option<usize>) {
@@ -398,6 +329,8 @@ impl Shared {
                 match self.cas(w, next) {
                     Ok(()) => {
                         self.clear_probe(&mut book, generation, slot);
+                        drop(book);
+                        self.clones.wake_all();
                         return;
                     }
                     Err(actual) => w = actual,
@@ -414,7 +347,7 @@ impl Shared {
                     self.forget_probes(&mut book);
                     self.refresh_success_flag(&book);
                     drop(book);
-                    self.transition(State::HalfOpen, next, None, None).emit();
+                    self.announce(self.transition(State::HalfOpen, next, None, None));
                     return;
                 }
                 Err(actual) => w = actual,
@@ -481,13 +414,12 @@ impl Shared {
                     self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
                     drop(book);
                     let now = self.now_ms();
-                    self.transition(
+                    self.announce(self.transition(
                         State::HalfOpen,
                         next,
                         Some(reason),
                         Some(Duration::from_millis(until.saturating_sub(now))),
-                    )
-                    .emit();
+                    ));
                     return;
                 }
                 Err(actual) => {
@@ -559,13 +491,12 @@ impl Shared {
         self.refresh_success_flag(&book);
         self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
         drop(book);
-        self.transition(
+        self.announce(self.transition(
             State::Closed,
             next,
             Some(reason),
             Some(Duration::from_millis(until - now)),
-        )
-        .emit();
+        ));
     }
 
     fn refresh_success_flag(&self, book: &Book) {
@@ -603,6 +534,13 @@ impl Shared {
             .min(MAX_DEADLINE_MS)
     }
 
+    /// Tells the world about a transition: the event, then every waiting
+    /// gate-mode clone.
+    fn announce(&self, transition: Transition) {
+        transition.emit();
+        self.clones.wake_all();
+    }
+
     fn transition(
         &self,
         from: State,
@@ -638,7 +576,7 @@ impl Shared {
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
-        let (calls, rejected) = self.clone_totals();
+        let (calls, rejected) = self.clones.totals();
         let book = self.lock();
         let w = self.load();
         let now = self.now_ms();

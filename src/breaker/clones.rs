@@ -1,0 +1,135 @@
+//! Every service clone of one breaker: the counts it keeps for itself, and,
+//! in gate mode, the waker of a clone waiting for the breaker to let it in.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+
+/// Counts one service clone keeps for itself. Only that clone writes them,
+/// from `call` (which has `&mut self`), so an increment is a load and a
+/// store rather than a read-modify-write, on a line no other clone writes.
+#[repr(align(128))]
+#[derive(Default)]
+pub(crate) struct CloneCounts {
+    admitted: AtomicU64,
+    rejected: AtomicU64,
+}
+
+impl CloneCounts {
+    #[inline]
+    pub(crate) fn admitted(&self) {
+        bump(&self.admitted);
+    }
+
+    #[inline]
+    pub(crate) fn rejected(&self) {
+        bump(&self.rejected);
+    }
+}
+
+/// Increments a counter that has a single writer.
+#[inline]
+fn bump(counter: &AtomicU64) {
+    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+struct Entry {
+    counts: Arc<CloneCounts>,
+    /// Set while a gate-mode clone waits; taken when the breaker changes.
+    waker: Option<Waker>,
+}
+
+#[derive(Default)]
+struct Registry {
+    live: Vec<Option<Entry>>,
+    free: Vec<usize>,
+    /// Counts of clones already dropped.
+    retired_admitted: u64,
+    retired_rejected: u64,
+}
+
+/// The live clones of one breaker.
+#[derive(Default)]
+pub(crate) struct Clones {
+    registry: Mutex<Registry>,
+}
+
+impl Clones {
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        // Never held across user code: a poisoned lock means a bug here.
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a new clone; returns its counts and its slot.
+    pub(crate) fn register(&self) -> (Arc<CloneCounts>, usize) {
+        let counts = Arc::new(CloneCounts::default());
+        let entry = Entry {
+            counts: Arc::clone(&counts),
+            waker: None,
+        };
+        let mut registry = self.lock();
+        let slot = match registry.free.pop() {
+            Some(slot) => {
+                registry.live[slot] = Some(entry);
+                slot
+            }
+            None => {
+                registry.live.push(Some(entry));
+                registry.live.len() - 1
+            }
+        };
+        (counts, slot)
+    }
+
+    /// A clone is going: fold its counts into the totals.
+    pub(crate) fn retire(&self, slot: usize) {
+        let mut registry = self.lock();
+        if let Some(entry) = registry.live.get_mut(slot).and_then(Option::take) {
+            registry.retired_admitted += entry.counts.admitted.load(Ordering::Relaxed);
+            registry.retired_rejected += entry.counts.rejected.load(Ordering::Relaxed);
+            registry.free.push(slot);
+        }
+    }
+
+    /// Calls admitted and refused, over live and retired clones.
+    pub(crate) fn totals(&self) -> (u64, u64) {
+        let registry = self.lock();
+        registry.live.iter().flatten().fold(
+            (registry.retired_admitted, registry.retired_rejected),
+            |(admitted, rejected), entry| {
+                (
+                    admitted + entry.counts.admitted.load(Ordering::Relaxed),
+                    rejected + entry.counts.rejected.load(Ordering::Relaxed),
+                )
+            },
+        )
+    }
+
+    /// Wakes `waker` at the next change of the breaker. The caller must look
+    /// at the state again after this returns: a change made before it was
+    /// registered does not wake it.
+    pub(crate) fn wait(&self, slot: usize, waker: &Waker) {
+        let mut registry = self.lock();
+        if let Some(Some(entry)) = registry.live.get_mut(slot) {
+            match &entry.waker {
+                Some(existing) if existing.will_wake(waker) => {}
+                _ => entry.waker = Some(waker.clone()),
+            }
+        }
+    }
+
+    /// Wakes every waiting clone. Wakers run after the lock is released: a
+    /// waker may poll the service at once, which would take it again.
+    pub(crate) fn wake_all(&self) {
+        let wakers: Vec<Waker> = {
+            let mut registry = self.lock();
+            registry
+                .live
+                .iter_mut()
+                .flatten()
+                .filter_map(|entry| entry.waker.take())
+                .collect()
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
