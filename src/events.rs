@@ -1,11 +1,18 @@
 //! Transitions: what the breaker tells the world when its state changes.
 //!
-//! Every real transition is emitted exactly once, by the thread that won the
-//! compare-and-swap performing it, as a `tracing` event with structured
-//! fields (`breaker`, `from`, `to`, `generation`, `reason`, `policy`,
-//! `retry_after_ms`): `WARN` when the breaker opens, `INFO` when it turns
-//! half-open or closes. Events are emitted after the breaker's lock is
-//! released.
+//! Every real transition is announced exactly once, by the thread that won
+//! the compare-and-swap performing it:
+//!
+//! * as a `tracing` event with structured fields (`breaker`, `from`, `to`,
+//!   `generation`, `reason`, `policy`, `retry_after_ms`, `shadow`): `WARN`
+//!   when the breaker opens (or an operator holds it open), `INFO` otherwise;
+//! * to every subscriber ([`Breaker::subscribe`](crate::Breaker::subscribe)),
+//!   in order per breaker, through a bounded broadcast channel: sending never
+//!   waits, so a slow or dropped subscriber never blocks the request path (a
+//!   subscriber that falls behind skips ahead and is told how many it missed).
+//!
+//! In shadow mode the same transitions are announced with `shadow: true`
+//! ("would have opened"), while no call is ever refused.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +21,24 @@ use crate::policy::TripReason;
 use crate::State;
 
 /// One state change of one breaker.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_circuit_breaker::{Breaker, Config, State};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let breaker = Breaker::new(Config::builder().name("search").build().unwrap());
+/// let mut transitions = breaker.subscribe();
+/// breaker.force_open(None);
+/// let t = transitions.recv().await.unwrap();
+/// assert_eq!((&*t.breaker, t.from, t.to), ("search", State::Closed, State::ForcedOpen));
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Transition {
-    /// The breaker's name.
+    /// The breaker's name (its key, in a registry).
     pub breaker: Arc<str>,
     /// The state before.
     pub from: State,
@@ -25,10 +46,15 @@ pub struct Transition {
     pub to: State,
     /// The generation the breaker entered.
     pub generation: u32,
-    /// Why it opened (only when `to` is [`State::Open`]).
+    /// Why: the policy that tripped with its figures, a probe's failure, or
+    /// an operator. `None` for the automatic open to half-open and half-open
+    /// to closed steps.
     pub reason: Option<TripReason>,
-    /// How long it stays open (only when `to` is [`State::Open`]).
+    /// How long it stays open (when `to` is [`State::Open`]).
     pub retry_after: Option<Duration>,
+    /// Announced by a breaker in shadow mode: what a real breaker would have
+    /// done; no call was refused.
+    pub shadow: bool,
 }
 
 impl Transition {
@@ -36,31 +62,29 @@ impl Transition {
         let reason = self.reason.as_ref().map(tracing::field::display);
         let policy = self.reason.as_ref().map(TripReason::policy);
         let retry_after_ms = self.retry_after.map(|d| d.as_millis() as u64);
-        match self.to {
-            State::Open => tracing::warn!(
-                breaker = %self.breaker,
-                from = ?self.from,
-                to = ?self.to,
-                generation = self.generation,
-                reason,
-                policy,
-                retry_after_ms,
-                "circuit breaker opened"
-            ),
-            State::HalfOpen => tracing::info!(
-                breaker = %self.breaker,
-                from = ?self.from,
-                to = ?self.to,
-                generation = self.generation,
-                "circuit breaker half-open: probing"
-            ),
-            State::Closed => tracing::info!(
-                breaker = %self.breaker,
-                from = ?self.from,
-                to = ?self.to,
-                generation = self.generation,
-                "circuit breaker closed"
-            ),
+        macro_rules! event {
+            ($level:ident, $message:literal) => {
+                tracing::$level!(
+                    breaker = %self.breaker,
+                    from = ?self.from,
+                    to = ?self.to,
+                    generation = self.generation,
+                    reason,
+                    policy,
+                    retry_after_ms,
+                    shadow = self.shadow,
+                    $message
+                )
+            };
+        }
+        match (self.to, self.shadow) {
+            (State::Open, false) => event!(warn, "circuit breaker opened"),
+            (State::Open, true) => event!(warn, "circuit breaker would have opened (shadow mode)"),
+            (State::HalfOpen, _) => event!(info, "circuit breaker half-open: probing"),
+            (State::Closed, _) => event!(info, "circuit breaker closed"),
+            (State::ForcedOpen, _) => event!(warn, "circuit breaker held open by an operator"),
+            (State::ForcedClosed, _) => event!(info, "circuit breaker held closed by an operator"),
+            (State::Disabled, _) => event!(info, "circuit breaker disabled by an operator"),
         }
     }
 }

@@ -13,6 +13,17 @@ use crate::classify::{Classify, Outcome, Verdict};
 use crate::error::CircuitOpen;
 use crate::local::{Lease, Local};
 
+/// What a call's outcome feeds, once it is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Record {
+    /// The trip policy (closed) or the probe's permit (half-open).
+    Policy,
+    /// Only the breaker's counts (held closed by an operator).
+    CountOnly,
+    /// Nothing: disabled, passed by shadow mode, or already recorded.
+    Nothing,
+}
+
 /// Records a call's verdict: in the closed generation that admitted it, or
 /// as a probe through its permit.
 #[inline]
@@ -22,7 +33,12 @@ fn record<C>(
     permit: &mut Option<Permit>,
     verdict: Verdict,
     start: Option<Instant>,
+    count_only: bool,
 ) {
+    if count_only {
+        local.shared.count_outcome(verdict.outcome());
+        return;
+    }
     // Test before taking: `take` would read the whole option right after
     // `call` wrote only its tag, a store-forwarding stall on the hot path.
     let permit = if permit.is_some() {
@@ -80,7 +96,7 @@ pin_project! {
             // store-forwarding stall on the hot path.
             generation: u32,
             permit: Option<Permit>,
-            recorded: bool,
+            record: Record,
             start: Option<Instant>,
         },
         Rejected {
@@ -97,6 +113,7 @@ impl<F, C> ResponseFuture<F, C> {
         generation: u32,
         permit: Option<Permit>,
         start: Option<Instant>,
+        record: Record,
     ) -> Self {
         ResponseFuture {
             kind: Kind::Called {
@@ -104,7 +121,7 @@ impl<F, C> ResponseFuture<F, C> {
                 local,
                 generation,
                 permit,
-                recorded: false,
+                record,
                 start,
             },
         }
@@ -137,7 +154,7 @@ where
                 local,
                 generation,
                 permit,
-                recorded,
+                record: what,
                 start,
             } => {
                 // A panic in the inner future or the classifier is a failure:
@@ -146,27 +163,29 @@ where
                     Ok(Poll::Pending) => return Poll::Pending,
                     Ok(Poll::Ready(output)) => output,
                     Err(panic) => {
-                        if !*recorded {
-                            *recorded = true;
+                        if *what != Record::Nothing {
+                            let count_only = *what == Record::CountOnly;
+                            *what = Record::Nothing;
                             let failure = Verdict::new(Outcome::Failure);
-                            record(local, *generation, permit, failure, *start);
+                            record(local, *generation, permit, failure, *start, count_only);
                         }
                         resume_unwind(panic)
                     }
                 };
-                if !*recorded {
-                    *recorded = true;
+                if *what != Record::Nothing {
+                    let count_only = *what == Record::CountOnly;
+                    *what = Record::Nothing;
                     let verdict = match catch_unwind(AssertUnwindSafe(|| {
                         local.classifier.classify(output.as_ref())
                     })) {
                         Ok(verdict) => verdict,
                         Err(panic) => {
                             let failure = Verdict::new(Outcome::Failure);
-                            record(local, *generation, permit, failure, *start);
+                            record(local, *generation, permit, failure, *start, count_only);
                             resume_unwind(panic)
                         }
                     };
-                    record(local, *generation, permit, verdict, *start);
+                    record(local, *generation, permit, verdict, *start, count_only);
                 }
                 Poll::Ready(output)
             }

@@ -92,7 +92,7 @@ mod local;
 pub mod policy;
 mod service;
 
-pub use breaker::{Breaker, Counts, Snapshot, State};
+pub use breaker::{Breaker, BreakerGroup, Counts, Snapshot, State};
 pub use config::{Config, ConfigBuilder};
 pub use error::{CircuitOpen, ConfigError};
 pub use layer::CircuitBreakerLayer;

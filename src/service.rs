@@ -15,7 +15,7 @@ use crate::breaker::state::{Tag, Word};
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures};
 use crate::error::CircuitOpen;
-use crate::future::ResponseFuture;
+use crate::future::{Record, ResponseFuture};
 use crate::local::Owner;
 use crate::State;
 
@@ -221,7 +221,7 @@ where
                 }
                 Reservation::Probe(_) => self.ready = Reservation::Unchecked,
             }
-            return self.call_admitted(req, word.generation(), None);
+            return self.call_admitted(req, word.generation(), None, Record::Policy);
         }
         self.call_not_closed(req, word)
     }
@@ -241,7 +241,7 @@ impl<S, C> CircuitBreaker<S, C> {
             let keep = matches!(&self.ready, Reservation::Probe(permit) if permit.is_current());
             if !keep {
                 self.ready = match self.local.shared.admit() {
-                    Decision::Closed(_) => Reservation::Unchecked,
+                    Decision::Closed(_) | Decision::Bypass { .. } => Reservation::Unchecked,
                     Decision::Probe(permit) => Reservation::Probe(permit),
                     Decision::Reject {
                         retry_after_ms,
@@ -327,15 +327,29 @@ impl<S, C> CircuitBreaker<S, C> {
         }
         match mem::replace(&mut self.ready, Reservation::Unchecked) {
             Reservation::Probe(permit) if permit.is_current() => {
-                self.call_admitted(req, permit.generation(), Some(permit))
+                self.call_admitted(req, permit.generation(), Some(permit), Record::Policy)
             }
             // The breaker left closed since `poll_ready` (or there was
             // none): decide again, so a breaker that opened in between
             // refuses without calling.
             _ => match self.local.shared.admit() {
-                Decision::Closed(generation) => self.call_admitted(req, generation, None),
+                Decision::Closed(generation) => {
+                    self.call_admitted(req, generation, None, Record::Policy)
+                }
                 Decision::Probe(permit) => {
-                    self.call_admitted(req, permit.generation(), Some(permit))
+                    self.call_admitted(req, permit.generation(), Some(permit), Record::Policy)
+                }
+                Decision::Bypass { counted, shadowed } => {
+                    if shadowed {
+                        // A real breaker would have refused this call.
+                        self.local.counts.rejected();
+                    }
+                    let record = if counted {
+                        Record::CountOnly
+                    } else {
+                        Record::Nothing
+                    };
+                    self.call_admitted(req, word.generation(), None, record)
                 }
                 Decision::Reject {
                     retry_after_ms,
@@ -352,6 +366,7 @@ impl<S, C> CircuitBreaker<S, C> {
         req: Req,
         generation: u32,
         permit: Option<Permit>,
+        record: Record,
     ) -> ResponseFuture<S::Future, C>
     where
         S: Service<Req>,
@@ -360,7 +375,14 @@ impl<S, C> CircuitBreaker<S, C> {
         let start = self.local.shared.needs_latency.then(Instant::now);
         // If `call` panics, `permit` is dropped while unwinding and goes back.
         let future = self.inner.call(req);
-        ResponseFuture::called(future, self.local.lease(), generation, permit, start)
+        ResponseFuture::called(
+            future,
+            self.local.lease(),
+            generation,
+            permit,
+            start,
+            record,
+        )
     }
 }
 

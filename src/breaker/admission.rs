@@ -15,6 +15,10 @@ pub(crate) enum Decision {
     Closed(u32),
     /// Half-open: this call is a probe and holds a permit.
     Probe(Permit),
+    /// Let the call through without feeding the trip policy: held closed
+    /// (`counted`: its outcome still shows in the counts), disabled, or a
+    /// refusal that shadow mode turns into a pass (`shadowed`).
+    Bypass { counted: bool, shadowed: bool },
     /// Refuse at once.
     Reject {
         retry_after_ms: u64,

@@ -10,13 +10,17 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::broadcast;
+
 use crate::config::Config;
+use crate::events::Transition;
 use crate::layer::CircuitBreakerLayer;
 use crate::policy::{PolicyFigures, TripReason};
-use shared::Shared;
+use shared::{Command, Shared};
 
 /// A breaker's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum State {
     /// Calls go through; outcomes feed the trip policy.
     Closed,
@@ -25,6 +29,15 @@ pub enum State {
     /// The open period has ended: up to `probes` calls go through as probes;
     /// the rest are refused until the probes tell whether to close or reopen.
     HalfOpen,
+    /// Held open by an operator ([`Breaker::force_open`] without an end):
+    /// refuses everything, whatever the clock says, until restored.
+    ForcedOpen,
+    /// Held closed by an operator ([`Breaker::force_closed`]): admits
+    /// everything; failures are counted but never trip it.
+    ForcedClosed,
+    /// Switched off by an operator ([`Breaker::disable`]): admits everything
+    /// and records nothing.
+    Disabled,
 }
 
 /// A cheap, cloneable handle to one breaker's state.
@@ -82,6 +95,73 @@ impl Breaker {
         self.shared.snapshot()
     }
 
+    /// Holds the breaker open. With a period, it opens now for that long
+    /// (capped by `max_open`), then probes as usual; without one, it refuses
+    /// every call, whatever the clock says, until [`restore`](Self::restore)
+    /// or [`reset`](Self::reset). Returns whether the state changed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::{Breaker, Config, State};
+    ///
+    /// let breaker = Breaker::new(Config::default());
+    /// breaker.force_open(None); // isolate it
+    /// assert_eq!(breaker.state(), State::ForcedOpen);
+    /// breaker.restore(); // automatic again, closed
+    /// assert_eq!(breaker.state(), State::Closed);
+    /// breaker.force_open(Some(Duration::from_secs(60))); // an outage we know of
+    /// assert_eq!(breaker.state(), State::Open);
+    /// ```
+    pub fn force_open(&self, period: Option<Duration>) -> bool {
+        self.shared.command(Command::ForceOpen(period))
+    }
+
+    /// Holds the breaker closed until [`restore`](Self::restore): every call
+    /// goes through; failures are counted but never open it.
+    pub fn force_closed(&self) -> bool {
+        self.shared.command(Command::ForceClosed)
+    }
+
+    /// Switches the breaker off until [`restore`](Self::restore): every call
+    /// goes through and nothing is recorded.
+    pub fn disable(&self) -> bool {
+        self.shared.command(Command::Disable)
+    }
+
+    /// Hands a breaker held open, held closed or disabled back to automatic
+    /// control, closed. Does nothing to a breaker under automatic control.
+    pub fn restore(&self) -> bool {
+        self.shared.command(Command::Restore)
+    }
+
+    /// Closes the breaker from any state and forgets its past: the policy's
+    /// counters, the backoff, any announced retry-after.
+    pub fn reset(&self) -> bool {
+        self.shared.command(Command::Reset)
+    }
+
+    /// Shadow mode: the breaker records, decides and announces everything a
+    /// real one would (transitions come with `shadow: true`, "would have
+    /// opened"), but never refuses a call, for rolling out thresholds safely.
+    /// A call a real breaker would have refused goes through, counts in
+    /// [`Counts::rejected`], and its outcome is not recorded (a real breaker
+    /// would never have seen it). An operator's [`force_open`](Self::force_open)
+    /// still refuses.
+    pub fn set_shadow(&self, on: bool) {
+        self.shared.set_shadow(on);
+    }
+
+    /// Whether shadow mode is on.
+    pub fn is_shadow(&self) -> bool {
+        self.shared.is_shadow()
+    }
+
+    /// A receiver of this breaker's transitions from now on, in order. See
+    /// [`events`](crate::events).
+    pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.shared.subscribe()
+    }
+
     /// A layer whose services all share this breaker.
     pub fn layer(&self) -> CircuitBreakerLayer {
         CircuitBreakerLayer::from_breaker(self.clone())
@@ -129,6 +209,87 @@ pub struct Snapshot {
     pub policy: PolicyFigures,
     /// Running totals since the breaker was created.
     pub counts: Counts,
+    /// Whether shadow mode is on.
+    pub shadow: bool,
+}
+
+/// Several breakers under one control: isolate or restore every model of a
+/// provider in one call.
+///
+/// ```
+/// use tower_circuit_breaker::{Breaker, BreakerGroup, Config, State};
+///
+/// let models: Vec<Breaker> = ["gpt-a", "gpt-b"]
+///     .iter()
+///     .map(|name| Breaker::new(Config::builder().name(*name).build().unwrap()))
+///     .collect();
+/// let provider = BreakerGroup::new(models.clone());
+/// provider.force_open(None);
+/// assert!(models.iter().all(|b| b.state() == State::ForcedOpen));
+/// provider.restore();
+/// assert!(models.iter().all(|b| b.state() == State::Closed));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct BreakerGroup {
+    breakers: Vec<Breaker>,
+}
+
+impl BreakerGroup {
+    /// A group of these breakers.
+    pub fn new(breakers: impl IntoIterator<Item = Breaker>) -> Self {
+        BreakerGroup {
+            breakers: breakers.into_iter().collect(),
+        }
+    }
+
+    /// Adds a breaker.
+    pub fn push(&mut self, breaker: Breaker) {
+        self.breakers.push(breaker);
+    }
+
+    /// The breakers, in order.
+    pub fn breakers(&self) -> &[Breaker] {
+        &self.breakers
+    }
+
+    /// [`Breaker::force_open`] on each; returns how many changed.
+    pub fn force_open(&self, period: Option<Duration>) -> usize {
+        self.each(|b| b.force_open(period))
+    }
+
+    /// [`Breaker::force_closed`] on each; returns how many changed.
+    pub fn force_closed(&self) -> usize {
+        self.each(Breaker::force_closed)
+    }
+
+    /// [`Breaker::disable`] on each; returns how many changed.
+    pub fn disable(&self) -> usize {
+        self.each(Breaker::disable)
+    }
+
+    /// [`Breaker::restore`] on each; returns how many changed.
+    pub fn restore(&self) -> usize {
+        self.each(Breaker::restore)
+    }
+
+    /// [`Breaker::reset`] on each; returns how many changed.
+    pub fn reset(&self) -> usize {
+        self.each(Breaker::reset)
+    }
+
+    /// [`Breaker::set_shadow`] on each.
+    pub fn set_shadow(&self, on: bool) {
+        self.breakers.iter().for_each(|b| b.set_shadow(on));
+    }
+
+    /// A snapshot of each, in order.
+    pub fn snapshots(&self) -> Vec<Snapshot> {
+        self.breakers.iter().map(Breaker::snapshot).collect()
+    }
+
+    fn each(&self, command: impl Fn(&Breaker) -> bool) -> usize {
+        self.breakers.iter().filter(|b| command(b)).count()
+    }
 }
 
 /// Running totals kept by a breaker.

@@ -11,21 +11,29 @@
 //! compare-and-swap succeeds performs the transition and emits its event:
 //! exactly one event per transition.
 
+mod manual;
+
+pub(crate) use manual::Command;
+
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::admission::{Decision, Permit};
 use super::clones::Clones;
-use super::state::{Tag, Word, MAX_DEADLINE_MS};
+use super::state::{Manual, Tag, Word, MAX_DEADLINE_MS};
 use crate::classify::Outcome;
 use crate::config::Config;
 use crate::events::Transition;
 use crate::policy::{PolicyFigures, PolicyState, Sample, TripReason};
 use crate::{Counts, Snapshot, State};
+
+/// Transitions a subscriber may fall behind by before it skips ahead.
+const EVENT_CAPACITY: usize = 64;
 
 /// Keeps hot, read-mostly fields off the cache lines that slow paths write.
 #[repr(align(128))]
@@ -38,6 +46,8 @@ struct Hot {
     success_matters: AtomicBool,
     /// Earliest deadline of an in-flight probe, or `u64::MAX`.
     probe_deadline_ms: AtomicU64,
+    /// Shadow mode: every refusal becomes a pass (read on refusals only).
+    shadow: AtomicBool,
 }
 
 #[derive(Default)]
@@ -51,7 +61,7 @@ struct Counters {
 
 /// Bookkeeping behind the mutex: the policy's counters and what a
 /// transition needs to know about the past.
-struct Book {
+pub(super) struct Book {
     policy: PolicyState,
     /// Failed probe rounds since the breaker last closed.
     attempt: u32,
@@ -74,6 +84,8 @@ pub(crate) struct Shared {
     book: Mutex<Book>,
     pub(crate) clones: Clones,
     pub(crate) config: Config,
+    /// Made on first subscription: unsubscribed breakers pay nothing.
+    events: OnceLock<broadcast::Sender<Transition>>,
     pub(crate) needs_latency: bool,
     epoch: Instant,
 }
@@ -101,6 +113,7 @@ impl Shared {
                 word: AtomicU64::new(Word::closed(0).0),
                 success_matters: AtomicBool::new(policy.success_matters()),
                 probe_deadline_ms: AtomicU64::new(u64::MAX),
+                shadow: AtomicBool::new(false),
             }),
             counters: Padded(Counters::default()),
             clones: Clones::default(),
@@ -117,6 +130,7 @@ impl Shared {
             }),
             needs_latency: config.trip.needs_latency(),
             config,
+            events: OnceLock::new(),
             epoch: Instant::now(),
         }
     }
@@ -191,17 +205,16 @@ impl Shared {
                 Tag::Closed => return Decision::Closed(w.generation()),
                 Tag::Open => {
                     if now < w.open_until_ms() {
-                        return Decision::Reject {
-                            retry_after_ms: w.open_until_ms() - now,
-                            state: State::Open,
-                            word: w,
-                            until_ms: Some(w.open_until_ms()),
-                        };
+                        let until_ms = w.open_until_ms();
+                        return self.refuse(w, State::Open, until_ms - now, Some(until_ms));
                     }
+                    // Under the lock, like every transition, so that
+                    // subscribers see transitions in order.
+                    let book = self.lock();
                     let next = Word::half_open(w.next_generation(), 0, 0);
                     match self.cas(w, next) {
                         Ok(()) => {
-                            self.announce(self.transition(State::Open, next, None, None));
+                            self.announce(book, self.transition(State::Open, next, None, None));
                             w = next;
                         }
                         Err(actual) => w = actual,
@@ -238,15 +251,63 @@ impl Shared {
                     } else {
                         deadline - now
                     };
-                    return Decision::Reject {
-                        retry_after_ms,
-                        state: State::HalfOpen,
-                        word: w,
-                        until_ms: (deadline != u64::MAX).then_some(deadline),
+                    let until_ms = (deadline != u64::MAX).then_some(deadline);
+                    return self.refuse(w, State::HalfOpen, retry_after_ms, until_ms);
+                }
+                Tag::Manual => {
+                    return match w.manual_mode() {
+                        // An operator's isolation holds even in shadow mode:
+                        // nobody knows when it ends; say so with `max_open`.
+                        Manual::Isolated => Decision::Reject {
+                            retry_after_ms: ceil_ms(self.config.max_open),
+                            state: State::ForcedOpen,
+                            word: w,
+                            until_ms: None,
+                        },
+                        Manual::ForcedClosed => Decision::Bypass {
+                            counted: true,
+                            shadowed: false,
+                        },
+                        Manual::Disabled => Decision::Bypass {
+                            counted: false,
+                            shadowed: false,
+                        },
                     };
                 }
             }
         }
+    }
+
+    /// An automatic refusal; in shadow mode, a pass that a real breaker
+    /// would have refused, and whose outcome it would never have seen.
+    fn refuse(
+        &self,
+        w: Word,
+        state: State,
+        retry_after_ms: u64,
+        until_ms: Option<u64>,
+    ) -> Decision {
+        if self.hot.0.shadow.load(Ordering::Relaxed) {
+            return Decision::Bypass {
+                counted: false,
+                shadowed: true,
+            };
+        }
+        Decision::Reject {
+            retry_after_ms,
+            state,
+            word: w,
+            until_ms,
+        }
+    }
+
+    /// Counts the outcome of a call let through without feeding the policy.
+    pub(crate) fn count_outcome(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Failure => self.counters.0.failures.fetch_add(1, Ordering::Relaxed),
+            Outcome::Ignore => self.counters.0.ignored.fetch_add(1, Ordering::Relaxed),
+            Outcome::Success => return,
+        };
     }
 
     /// Notes the deadline of a probe just admitted, so that any caller can
@@ -346,8 +407,7 @@ impl Shared {
                     book.policy.reset();
                     self.forget_probes(&mut book);
                     self.refresh_success_flag(&book);
-                    drop(book);
-                    self.announce(self.transition(State::HalfOpen, next, None, None));
+                    self.announce(book, self.transition(State::HalfOpen, next, None, None));
                     return;
                 }
                 Err(actual) => w = actual,
@@ -412,14 +472,16 @@ impl Shared {
                     book.open_until_ms = until;
                     self.forget_probes(&mut book);
                     self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
-                    drop(book);
                     let now = self.now_ms();
-                    self.announce(self.transition(
-                        State::HalfOpen,
-                        next,
-                        Some(reason),
-                        Some(Duration::from_millis(until.saturating_sub(now))),
-                    ));
+                    self.announce(
+                        book,
+                        self.transition(
+                            State::HalfOpen,
+                            next,
+                            Some(reason),
+                            Some(Duration::from_millis(until.saturating_sub(now))),
+                        ),
+                    );
                     return;
                 }
                 Err(actual) => {
@@ -490,13 +552,15 @@ impl Shared {
         book.open_until_ms = until;
         self.refresh_success_flag(&book);
         self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
-        drop(book);
-        self.announce(self.transition(
-            State::Closed,
-            next,
-            Some(reason),
-            Some(Duration::from_millis(until - now)),
-        ));
+        self.announce(
+            book,
+            self.transition(
+                State::Closed,
+                next,
+                Some(reason),
+                Some(Duration::from_millis(until - now)),
+            ),
+        );
     }
 
     fn refresh_success_flag(&self, book: &Book) {
@@ -536,9 +600,25 @@ impl Shared {
 
     /// Tells the world about a transition: the event, then every waiting
     /// gate-mode clone.
-    fn announce(&self, transition: Transition) {
+    ///
+    /// Subscribers get it while the lock is still held (sending never
+    /// waits), so they see one breaker's transitions in order; the `tracing`
+    /// event and the wake-ups follow once it is released.
+    pub(super) fn announce(&self, book: MutexGuard<'_, Book>, transition: Transition) {
+        if let Some(events) = self.events.get() {
+            // No subscriber left is not an error.
+            let _ = events.send(transition.clone());
+        }
+        drop(book);
         transition.emit();
         self.clones.wake_all();
+    }
+
+    /// A receiver of this breaker's transitions from now on.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.events
+            .get_or_init(|| broadcast::channel(EVENT_CAPACITY).0)
+            .subscribe()
     }
 
     fn transition(
@@ -555,6 +635,7 @@ impl Shared {
             generation: to.generation(),
             reason,
             retry_after,
+            shadow: self.hot.0.shadow.load(Ordering::Relaxed),
         }
     }
 
@@ -606,6 +687,7 @@ impl Shared {
             failed_probe_rounds: book.attempt,
             last_trip: book.last_trip.clone(),
             policy: self.figures(&book, now),
+            shadow: self.hot.0.shadow.load(Ordering::Relaxed),
             counts: Counts {
                 calls,
                 rejected,
@@ -628,6 +710,11 @@ pub(crate) fn state_of(w: Word) -> State {
         Tag::Closed => State::Closed,
         Tag::Open => State::Open,
         Tag::HalfOpen => State::HalfOpen,
+        Tag::Manual => match w.manual_mode() {
+            Manual::Isolated => State::ForcedOpen,
+            Manual::ForcedClosed => State::ForcedClosed,
+            Manual::Disabled => State::Disabled,
+        },
     }
 }
 

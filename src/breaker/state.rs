@@ -5,9 +5,9 @@
 //!
 //! | bits  | field |
 //! | ----- | ----- |
-//! | 62-63 | tag: closed, open or half-open |
+//! | 62-63 | tag: closed, open, half-open or manual |
 //! | 40-61 | generation (22 bits, wraps) |
-//! | 0-39  | open: the end of the open period, in milliseconds since the breaker's epoch; half-open: probes in flight (bits 20-39) and probe successes (bits 0-19) |
+//! | 0-39  | open: the end of the open period, in milliseconds since the breaker's epoch; half-open: probes in flight (bits 20-39) and probe successes (bits 0-19); manual: the mode an operator set |
 //!
 //! Packing the end of the open period into the word means a reader that sees
 //! `Open` also sees when it ends: there is no window in which the state is
@@ -34,6 +34,19 @@ pub(crate) enum Tag {
     Closed,
     Open,
     HalfOpen,
+    /// Held in a mode an operator chose, until restored.
+    Manual,
+}
+
+/// The modes an operator can hold a breaker in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Manual {
+    /// Refuses everything, whatever the clock says.
+    Isolated = 1,
+    /// Admits everything; outcomes are counted but never trip it.
+    ForcedClosed = 2,
+    /// Admits everything and records nothing.
+    Disabled = 3,
 }
 
 /// A decoded view of the state word. Copy it, inspect it, build the next one,
@@ -65,12 +78,26 @@ impl Word {
         )
     }
 
+    pub(crate) fn manual(generation: u32, mode: Manual) -> Self {
+        Word((3 << TAG_SHIFT) | (((generation as u64) & GEN_MASK) << GEN_SHIFT) | mode as u64)
+    }
+
     pub(crate) fn tag(self) -> Tag {
         match self.0 >> TAG_SHIFT {
             0 => Tag::Closed,
             1 => Tag::Open,
-            // Only three tags are ever written; 3 cannot occur.
-            _ => Tag::HalfOpen,
+            2 => Tag::HalfOpen,
+            _ => Tag::Manual,
+        }
+    }
+
+    /// The operator's mode (only meaningful when the tag is `Manual`).
+    pub(crate) fn manual_mode(self) -> Manual {
+        match self.0 & PAYLOAD_MASK {
+            1 => Manual::Isolated,
+            2 => Manual::ForcedClosed,
+            // Only the three modes are ever written.
+            _ => Manual::Disabled,
         }
     }
 
@@ -113,6 +140,9 @@ impl fmt::Debug for Word {
                 s.field("in_flight", &self.in_flight())
                     .field("successes", &self.successes());
             }
+            Tag::Manual => {
+                s.field("mode", &self.manual_mode());
+            }
         }
         s.finish()
     }
@@ -137,6 +167,13 @@ mod tests {
         let w = Word::closed(11);
         assert_eq!(w.tag(), Tag::Closed);
         assert_eq!(w.generation(), 11);
+
+        for mode in [Manual::Isolated, Manual::ForcedClosed, Manual::Disabled] {
+            let w = Word::manual(13, mode);
+            assert_eq!(w.tag(), Tag::Manual);
+            assert_eq!(w.generation(), 13);
+            assert_eq!(w.manual_mode(), mode);
+        }
     }
 
     #[test]

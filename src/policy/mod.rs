@@ -149,6 +149,9 @@ pub enum TripReason {
     ProbeFailed,
     /// A half-open probe was still running after the probe timeout.
     ProbeTimedOut,
+    /// An operator changed the state (force open or closed, disable,
+    /// restore, reset).
+    Manual,
 }
 
 impl TripReason {
@@ -162,6 +165,7 @@ impl TripReason {
             TripReason::SlowCallRate { .. } => "slow_calls",
             TripReason::ProbeFailed => "probe_failed",
             TripReason::ProbeTimedOut => "probe_timed_out",
+            TripReason::Manual => "manual",
         }
     }
 }
@@ -186,6 +190,7 @@ impl fmt::Display for TripReason {
             }
             TripReason::ProbeFailed => f.write_str("half-open probe failed"),
             TripReason::ProbeTimedOut => f.write_str("half-open probe timed out"),
+            TripReason::Manual => f.write_str("set by an operator"),
         }
     }
 }

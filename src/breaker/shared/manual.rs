@@ -1,0 +1,117 @@
+//! Manual control: an operator holds a breaker open, closed or disabled,
+//! puts it in shadow mode, hands it back to automatic control, or resets it.
+//!
+//! Every change is a transition like any other: taken under the lock with a
+//! compare-and-swap on the state word, into a new generation (so outcomes of
+//! calls admitted before it are dropped), announced once, waking gate-mode
+//! waiters.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::{ceil_ms, state_of, Shared};
+use crate::breaker::state::{Manual, Tag, Word};
+use crate::policy::TripReason;
+
+/// What an operator asked for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Command {
+    /// Open now; with a period, for that long (then probing as usual),
+    /// without one, until restored whatever the clock says.
+    ForceOpen(Option<Duration>),
+    /// Closed until restored: failures are counted, never trip it.
+    ForceClosed,
+    /// Admits everything, records nothing, until restored.
+    Disable,
+    /// Back to automatic control, closed, from a manual mode; otherwise
+    /// nothing.
+    Restore,
+    /// Closed, with the policy's counters, the backoff and any announced
+    /// retry-after forgotten, from any state.
+    Reset,
+}
+
+impl Shared {
+    /// Carries out `command`; returns whether the state changed.
+    pub(crate) fn command(&self, command: Command) -> bool {
+        let mut book = self.lock();
+        let now = self.now_ms();
+        let mut w = self.load();
+        loop {
+            let next = match (command, w.tag()) {
+                (Command::ForceOpen(Some(period)), _) => {
+                    let until = now.saturating_add(ceil_ms(period.min(self.config.max_open)));
+                    Word::open(w.next_generation(), until)
+                }
+                (Command::ForceOpen(None), Tag::Manual) if w.manual_mode() == Manual::Isolated => {
+                    return false
+                }
+                (Command::ForceOpen(None), _) => {
+                    Word::manual(w.next_generation(), Manual::Isolated)
+                }
+                (Command::ForceClosed, Tag::Manual) if w.manual_mode() == Manual::ForcedClosed => {
+                    return false
+                }
+                (Command::ForceClosed, _) => {
+                    Word::manual(w.next_generation(), Manual::ForcedClosed)
+                }
+                (Command::Disable, Tag::Manual) if w.manual_mode() == Manual::Disabled => {
+                    return false
+                }
+                (Command::Disable, _) => Word::manual(w.next_generation(), Manual::Disabled),
+                (Command::Restore, Tag::Manual)
+                | (Command::Reset, Tag::Open | Tag::HalfOpen | Tag::Manual) => {
+                    Word::closed(w.next_generation())
+                }
+                (Command::Restore, _) => return false,
+                (Command::Reset, _) => {
+                    // Already closed: no transition, but forget the past.
+                    book.policy.reset();
+                    book.attempt = 0;
+                    book.hint_until_ms = None;
+                    self.refresh_success_flag(&book);
+                    return false;
+                }
+            };
+            match self.cas(w, next) {
+                Ok(()) => {
+                    book.policy.reset();
+                    book.hint_until_ms = None;
+                    book.since_ms = now;
+                    if next.tag() == Tag::Open {
+                        book.open_until_ms = next.open_until_ms();
+                        book.last_trip = Some(TripReason::Manual);
+                        self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        book.attempt = 0;
+                    }
+                    self.forget_probes(&mut book);
+                    self.refresh_success_flag(&book);
+                    let retry_after = (next.tag() == Tag::Open)
+                        .then(|| std::time::Duration::from_millis(next.open_until_ms() - now));
+                    let from = state_of(w);
+                    self.announce(
+                        book,
+                        self.transition(from, next, Some(TripReason::Manual), retry_after),
+                    );
+                    return true;
+                }
+                // A permit was taken or given back meanwhile: look again.
+                Err(actual) => w = actual,
+            }
+        }
+    }
+
+    /// Shadow mode on or off: refusals become passes, transitions are
+    /// announced as what a real breaker would have done.
+    pub(crate) fn set_shadow(&self, on: bool) {
+        let was = self.hot.0.shadow.swap(on, Ordering::Relaxed);
+        if was != on {
+            tracing::info!(breaker = %self.name(), shadow = on, "circuit breaker shadow mode changed");
+        }
+    }
+
+    pub(crate) fn is_shadow(&self) -> bool {
+        self.hot.0.shadow.load(Ordering::Relaxed)
+    }
+}
