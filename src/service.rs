@@ -325,19 +325,26 @@ impl<S, C> CircuitBreaker<S, C> {
             let retry_after_ms = if seen == word.0 { retry_after_ms } else { 0 };
             return ResponseFuture::rejected(self.reject(retry_after_ms, state));
         }
+        // `begin` confirms a reserved permit still holds and starts its
+        // deadline: the probe's time runs from the call, not the reservation.
         match mem::replace(&mut self.ready, Reservation::Unchecked) {
-            Reservation::Probe(permit) if permit.is_current() => {
+            Reservation::Probe(permit) if permit.begin() => {
                 self.call_admitted(req, permit.generation(), Some(permit), Record::Policy)
             }
             // The breaker left closed since `poll_ready` (or there was
-            // none): decide again, so a breaker that opened in between
-            // refuses without calling.
+            // none), or the reservation lapsed: decide again, so a breaker
+            // that opened in between refuses without calling.
             _ => match self.local.shared.admit() {
                 Decision::Closed(generation) => {
                     self.call_admitted(req, generation, None, Record::Policy)
                 }
-                Decision::Probe(permit) => {
+                Decision::Probe(permit) if permit.begin() => {
                     self.call_admitted(req, permit.generation(), Some(permit), Record::Policy)
+                }
+                // Taken and lost at once: the half-open period just ended.
+                Decision::Probe(_) => {
+                    let state = self.local.shared.state();
+                    ResponseFuture::rejected(self.reject(0, state))
                 }
                 Decision::Bypass { counted, shadowed } => {
                     if shadowed {

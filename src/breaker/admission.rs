@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::shared::Shared;
+use super::shared::{Shared, Ticket};
 use super::state::Word;
 use crate::State;
 
@@ -41,16 +41,16 @@ pub(crate) enum Decision {
 pub(crate) struct Permit {
     shared: Arc<Shared>,
     generation: u32,
-    slot: Option<usize>,
+    ticket: Option<Ticket>,
     armed: bool,
 }
 
 impl Permit {
-    pub(crate) fn new(shared: Arc<Shared>, generation: u32, slot: Option<usize>) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, generation: u32, ticket: Option<Ticket>) -> Self {
         Permit {
             shared,
             generation,
-            slot,
+            ticket,
             armed: true,
         }
     }
@@ -60,15 +60,21 @@ impl Permit {
         self.generation
     }
 
-    /// Whether the breaker is still in the half-open generation that issued
-    /// this permit.
+    /// Whether the permit still holds: the breaker is still in the
+    /// half-open generation that issued it, and it was not taken back.
     pub(crate) fn is_current(&self) -> bool {
-        self.shared.is_half_open_in(self.generation)
+        self.shared.permit_holds(self.generation, self.ticket)
+    }
+
+    /// The probe's call is being made: its deadline starts now. False when
+    /// the permit no longer holds (the caller must decide again).
+    pub(crate) fn begin(&self) -> bool {
+        self.shared.begin_probe(self.generation, self.ticket)
     }
 
     pub(crate) fn succeed(mut self) {
         self.armed = false;
-        self.shared.probe_succeeded(self.generation, self.slot);
+        self.shared.probe_succeeded(self.generation, self.ticket);
     }
 
     pub(crate) fn fail(mut self, hint: Option<Duration>) {
@@ -80,7 +86,7 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         if self.armed {
-            self.shared.release_permit(self.generation, self.slot);
+            self.shared.release_permit(self.generation, self.ticket);
         }
     }
 }

@@ -12,8 +12,11 @@
 //! exactly one event per transition.
 
 mod manual;
+mod probes;
 
 pub(crate) use manual::Command;
+pub(crate) use probes::Ticket;
+use probes::ProbeBook;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,7 +26,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-use super::admission::{Decision, Permit};
+use super::admission::Decision;
 use super::clones::Clones;
 use super::state::{Manual, Tag, Word, MAX_DEADLINE_MS};
 use crate::classify::Outcome;
@@ -72,9 +75,8 @@ pub(super) struct Book {
     since_ms: u64,
     /// End of the latest open period: when half-open began.
     open_until_ms: u64,
-    /// Deadlines of in-flight probes of generation `probe_generation`.
-    probe_generation: u32,
-    probe_deadlines: Vec<Option<u64>>,
+    /// Deadlines of in-flight probes.
+    probes: ProbeBook,
     rng: u64,
 }
 
@@ -87,6 +89,8 @@ pub(crate) struct Shared {
     /// Made on first subscription: unsubscribed breakers pay nothing.
     events: OnceLock<broadcast::Sender<Transition>>,
     pub(crate) needs_latency: bool,
+    /// Whether recording a success needs the time (time windows).
+    needs_clock: bool,
     epoch: Instant,
 }
 
@@ -124,11 +128,11 @@ impl Shared {
                 last_trip: None,
                 since_ms: 0,
                 open_until_ms: 0,
-                probe_generation: 0,
-                probe_deadlines: vec![None; probes],
+                probes: ProbeBook::new(probes),
                 rng: seed(),
             }),
             needs_latency: config.trip.needs_latency(),
+            needs_clock: config.trip.needs_clock(),
             config,
             events: OnceLock::new(),
             epoch: Instant::now(),
@@ -210,10 +214,11 @@ impl Shared {
                     }
                     // Under the lock, like every transition, so that
                     // subscribers see transitions in order.
-                    let book = self.lock();
+                    let mut book = self.lock();
                     let next = Word::half_open(w.next_generation(), 0, 0);
                     match self.cas(w, next) {
                         Ok(()) => {
+                            self.forget_probes(&mut book);
                             self.announce(book, self.transition(State::Open, next, None, None));
                             w = next;
                         }
@@ -221,35 +226,30 @@ impl Shared {
                     }
                 }
                 Tag::HalfOpen => {
+                    // A probe past its deadline is dealt with first, whether
+                    // or not a permit is free.
+                    let deadline = self.hot.0.probe_deadline_ms.load(Ordering::Acquire);
+                    if deadline != u64::MAX && now >= deadline {
+                        self.time_out_probes(w.generation(), now);
+                        let fresh = self.load();
+                        if fresh != w {
+                            w = fresh;
+                            continue;
+                        }
+                    }
                     if w.in_flight() < self.config.probes {
-                        let next =
-                            Word::half_open(w.generation(), w.in_flight() + 1, w.successes());
-                        match self.cas(w, next) {
-                            Ok(()) => {
-                                self.counters.0.probes.fetch_add(1, Ordering::Relaxed);
-                                let slot = self.start_probe(w.generation(), now);
-                                return Decision::Probe(Permit::new(
-                                    Arc::clone(self),
-                                    w.generation(),
-                                    slot,
-                                ));
-                            }
+                        match self.take_permit(w, now) {
+                            Ok(permit) => return Decision::Probe(permit),
                             Err(actual) => {
                                 w = actual;
                                 continue;
                             }
                         }
                     }
-                    let deadline = self.hot.0.probe_deadline_ms.load(Ordering::Acquire);
-                    if deadline != u64::MAX && now >= deadline {
-                        self.time_out_probes(w.generation(), now);
-                        w = self.load();
-                        continue;
-                    }
                     let retry_after_ms = if deadline == u64::MAX {
                         0
                     } else {
-                        deadline - now
+                        deadline.saturating_sub(now)
                     };
                     let until_ms = (deadline != u64::MAX).then_some(deadline);
                     return self.refuse(w, State::HalfOpen, retry_after_ms, until_ms);
@@ -310,188 +310,6 @@ impl Shared {
         };
     }
 
-    /// Notes the deadline of a probe just admitted, so that any caller can
-    /// tell when it has run too long.
-    fn start_probe(&self, generation: u32, now: u64) -> Option<usize> {
-        let timeout = self.config.probe_timeout?;
-        let mut book = self.lock();
-        // A transition out of this half-open generation may have happened
-        // since the permit was taken; such a permit needs no deadline.
-        if !self.is_half_open_in(generation) {
-            return None;
-        }
-        if book.probe_generation != generation {
-            book.probe_generation = generation;
-            book.probe_deadlines.fill(None);
-        }
-        let slot = book.probe_deadlines.iter().position(Option::is_none)?;
-        book.probe_deadlines[slot] = Some(now.saturating_add(ceil_ms(timeout)));
-        self.publish_probe_deadline(&book);
-        Some(slot)
-    }
-
-    fn publish_probe_deadline(&self, book: &Book) {
-        let earliest = book.probe_deadlines.iter().flatten().min().copied();
-        self.hot
-            .0
-            .probe_deadline_ms
-            .store(earliest.unwrap_or(u64::MAX), Ordering::Release);
-    }
-
-    fn clear_probe(&self, book: &mut Book, generation: u32, slot: Option<usize>) {
-        if let Some(slot) = slot {
-            if book.probe_generation == generation {
-                if let Some(deadline) = book.probe_deadlines.get_mut(slot) {
-                    *deadline = None;
-                }
-                self.publish_probe_deadline(book);
-            }
-        }
-    }
-
-    /// Leaving half-open: no probe deadline applies any more.
-    fn forget_probes(&self, book: &mut Book) {
-        book.probe_deadlines.fill(None);
-        self.hot
-            .0
-            .probe_deadline_ms
-            .store(u64::MAX, Ordering::Release);
-    }
-
-    /// Gives back a permit whose call was ignored, cancelled or never made.
-    pub(crate) fn release_permit(&self, generation: u32, slot: Option<usize>) {
-        let mut w = self.load();
-        while w.tag() == Tag::HalfOpen && w.generation() == generation {
-            let next = Word::half_open(generation, w.in_flight().saturating_sub(1), w.successes());
-            match self.cas(w, next) {
-                Ok(()) => break,
-                Err(actual) => w = actual,
-            }
-        }
-        if slot.is_some() {
-            let mut book = self.lock();
-            self.clear_probe(&mut book, generation, slot);
-        }
-        // A permit is free again: a gate-mode clone waiting for one may go.
-        self.clones.wake_all();
-    }
-
-    pub(crate) fn probe_succeeded(&self, generation: u32, slot: Option<usize>) {
-        let mut book = self.lock();
-        let mut w = self.load();
-        loop {
-            if w.tag() != Tag::HalfOpen || w.generation() != generation {
-                self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            let successes = w.successes() + 1;
-            if successes < self.config.successes_to_close {
-                let next = Word::half_open(generation, w.in_flight().saturating_sub(1), successes);
-                match self.cas(w, next) {
-                    Ok(()) => {
-                        self.clear_probe(&mut book, generation, slot);
-                        drop(book);
-                        self.clones.wake_all();
-                        return;
-                    }
-                    Err(actual) => w = actual,
-                }
-                continue;
-            }
-            let next = Word::closed(w.next_generation());
-            match self.cas(w, next) {
-                Ok(()) => {
-                    book.attempt = 0;
-                    book.hint_until_ms = None;
-                    book.since_ms = self.now_ms();
-                    book.policy.reset();
-                    self.forget_probes(&mut book);
-                    self.refresh_success_flag(&book);
-                    self.announce(book, self.transition(State::HalfOpen, next, None, None));
-                    return;
-                }
-                Err(actual) => w = actual,
-            }
-        }
-    }
-
-    /// A probe failed: reopen. Its deadline slot goes with every other one.
-    pub(crate) fn probe_failed(&self, generation: u32, hint: Option<Duration>) {
-        let book = self.lock();
-        let now = self.now_ms();
-        self.reopen(book, generation, now, hint, TripReason::ProbeFailed);
-    }
-
-    /// A caller found every permit taken and the earliest probe past its
-    /// deadline: that probe counts as failed, and the open period starts
-    /// from its deadline, as if a timer had fired then.
-    fn time_out_probes(&self, generation: u32, now: u64) {
-        let book = self.lock();
-        if book.probe_generation != generation {
-            return;
-        }
-        let Some(deadline) = book.probe_deadlines.iter().flatten().min().copied() else {
-            return;
-        };
-        if deadline > now {
-            return;
-        }
-        self.reopen(book, generation, deadline, None, TripReason::ProbeTimedOut);
-    }
-
-    /// Half-open generation `generation` failed (a probe failed or timed
-    /// out): open again for the next, longer period, counted from `from_ms`.
-    fn reopen(
-        &self,
-        mut book: MutexGuard<'_, Book>,
-        generation: u32,
-        from_ms: u64,
-        hint: Option<Duration>,
-        reason: TripReason,
-    ) {
-        let mut w = self.load();
-        if w.tag() != Tag::HalfOpen || w.generation() != generation {
-            self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
-        self.note_hint(&mut book, hint, from_ms);
-        loop {
-            // Under the lock only lock-free permit changes can race us, and
-            // they keep the generation; the check stays for safety.
-            if w.tag() != Tag::HalfOpen || w.generation() != generation {
-                return;
-            }
-            book.attempt = book.attempt.saturating_add(1);
-            let until = self.open_until(&mut book, from_ms);
-            let next = Word::open(w.next_generation(), until);
-            match self.cas(w, next) {
-                Ok(()) => {
-                    book.last_trip = Some(reason.clone());
-                    book.since_ms = from_ms;
-                    book.open_until_ms = until;
-                    self.forget_probes(&mut book);
-                    self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
-                    let now = self.now_ms();
-                    self.announce(
-                        book,
-                        self.transition(
-                            State::HalfOpen,
-                            next,
-                            Some(reason),
-                            Some(Duration::from_millis(until.saturating_sub(now))),
-                        ),
-                    );
-                    return;
-                }
-                Err(actual) => {
-                    book.attempt -= 1;
-                    w = actual;
-                }
-            }
-        }
-    }
-
     /// Records the outcome of a call admitted while closed in `generation`;
     /// `timing` is the call's latency and end, when a policy times calls.
     #[inline]
@@ -526,9 +344,12 @@ impl Shared {
             self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        // A success only needs the time when a policy keeps time windows;
+        // resetting a streak or moving a count window does not.
         let (elapsed, now) = match timing {
             Some((elapsed, end)) => (Some(elapsed), self.ms_at(end)),
-            None => (None, self.now_ms()),
+            None if failure || self.needs_clock => (None, self.now_ms()),
+            None => (None, 0),
         };
         if failure {
             self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
@@ -550,6 +371,7 @@ impl Shared {
         book.last_trip = Some(reason.clone());
         book.since_ms = now;
         book.open_until_ms = until;
+        book.hint_until_ms = None;
         self.refresh_success_flag(&book);
         self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
         self.announce(
@@ -558,7 +380,7 @@ impl Shared {
                 State::Closed,
                 next,
                 Some(reason),
-                Some(Duration::from_millis(until - now)),
+                Some(Duration::from_millis(until.saturating_sub(now))),
             ),
         );
     }
@@ -590,7 +412,8 @@ impl Shared {
             period = period.mul_f64(1.0 - share).max(c.min_open);
         }
         let mut until = from_ms.saturating_add(ceil_ms(period));
-        if let Some(hint) = book.hint_until_ms.take() {
+        // Read, not taken: the caller clears it once the transition is made.
+        if let Some(hint) = book.hint_until_ms {
             until = until.max(hint);
         }
         until

@@ -9,6 +9,10 @@
 //! | 40-61 | generation (22 bits, wraps) |
 //! | 0-39  | open: the end of the open period, in milliseconds since the breaker's epoch; half-open: probes in flight (bits 20-39) and probe successes (bits 0-19); manual: the mode an operator set |
 //!
+//! The generation wraps after 2^22 (about four million) transitions; a call
+//! would have to stay in flight across all of them for its outcome to be
+//! mistaken for a current one.
+//!
 //! Packing the end of the open period into the word means a reader that sees
 //! `Open` also sees when it ends: there is no window in which the state is
 //! published but its deadline is not.

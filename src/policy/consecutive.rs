@@ -7,7 +7,7 @@ use crate::error::ConfigError;
 /// again. The default policy (threshold 5).
 ///
 /// Cheapest of the policies: a success only writes when it has a streak to
-/// reset, and no outcome needs the clock. It never catches a dependency that
+/// reset, and never reads the clock. It never catches a dependency that
 /// fails a steady fraction of calls (40% failures rarely line up five in a
 /// row); choose a window policy for that.
 ///

@@ -16,9 +16,9 @@ pub(crate) const MAX_FAILURES: u32 = 100_000;
 /// morning.
 ///
 /// The window is a true ring over outcomes: after a thousand successes, the
-/// next `failures` failures within `window` calls trip it. Successes cost no
-/// shared write while the window holds no failure, and nothing reads the clock
-/// on a success.
+/// next `failures` failures within `window` calls trip it. A success writes
+/// nothing shared while the window holds no failure, and never reads the
+/// clock.
 ///
 /// [`stale_after`]: CountWindow::stale_after
 ///
@@ -125,13 +125,17 @@ impl Ring {
         }
     }
 
+    /// Records one outcome. `now_ms` is read only for a failure: a success
+    /// moves the window by count and cannot trip it.
     pub(crate) fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
         self.outcomes += 1;
-        if sample.failure {
-            self.recent.push_back((self.outcomes, now_ms));
-            if self.recent.len() > self.failures as usize {
-                self.recent.pop_front();
-            }
+        if !sample.failure {
+            self.expire_by_count();
+            return None;
+        }
+        self.recent.push_back((self.outcomes, now_ms));
+        if self.recent.len() > self.failures as usize {
+            self.recent.pop_front();
         }
         self.expire_by_count();
         let counted = self.counted(now_ms);

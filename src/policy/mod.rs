@@ -87,6 +87,16 @@ impl TripPolicy {
         }
     }
 
+    /// Whether recording a success needs the time: time windows do; streaks
+    /// and count windows only need it for failures.
+    pub(crate) fn needs_clock(&self) -> bool {
+        match self {
+            TripPolicy::ConsecutiveFailures(_) | TripPolicy::CountWindow(_) => false,
+            TripPolicy::TimeWindow(_) | TripPolicy::SlowCalls(_) => true,
+            TripPolicy::AnyOf(list) => list.iter().any(TripPolicy::needs_clock),
+        }
+    }
+
     /// Whether calls must be timed.
     pub(crate) fn needs_latency(&self) -> bool {
         match self {

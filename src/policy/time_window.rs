@@ -156,7 +156,8 @@ pub(crate) struct Buckets {
 impl Buckets {
     pub(crate) fn new(window: Duration, buckets: u32) -> Self {
         let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
-        let bucket_ms = (window_ms / buckets as u64).max(1);
+        // Rounded up: the window covers at least the length asked for.
+        let bucket_ms = window_ms.div_ceil(buckets as u64).max(1);
         Buckets {
             bucket_ms,
             slots: vec![Slot::default(); buckets as usize],

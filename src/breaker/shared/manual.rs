@@ -88,7 +88,7 @@ impl Shared {
                     self.forget_probes(&mut book);
                     self.refresh_success_flag(&book);
                     let retry_after = (next.tag() == Tag::Open)
-                        .then(|| std::time::Duration::from_millis(next.open_until_ms() - now));
+                        .then(|| Duration::from_millis(next.open_until_ms().saturating_sub(now)));
                     let from = state_of(w);
                     self.announce(
                         book,
