@@ -9,9 +9,10 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use crate::breaker::admission::Permit;
+use crate::breaker::shared::Shared;
 use crate::classify::{Classify, Outcome, Verdict};
 use crate::error::CircuitOpen;
-use crate::local::{Lease, Local};
+use crate::local::Lease;
 
 /// What a call's outcome feeds, once it is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,8 +28,8 @@ pub(crate) enum Record {
 /// Records a call's verdict: in the closed generation that admitted it, or
 /// as a probe through its permit.
 #[inline]
-fn record<C>(
-    local: &Local<C>,
+pub(crate) fn record(
+    shared: &Shared,
     generation: u32,
     permit: &mut Option<Permit>,
     verdict: Verdict,
@@ -36,7 +37,7 @@ fn record<C>(
     count_only: bool,
 ) {
     if count_only {
-        local.shared.count_outcome(verdict.outcome());
+        shared.count_outcome(verdict.outcome());
         return;
     }
     // Test before taking: `take` would read the whole option right after
@@ -47,7 +48,7 @@ fn record<C>(
         None
     };
     match permit {
-        None => local.shared.record_closed(
+        None => shared.record_closed(
             generation,
             verdict.outcome(),
             verdict.retry_after(),
@@ -62,9 +63,7 @@ fn record<C>(
             Outcome::Success => permit.succeed(),
             Outcome::Failure => permit.fail(verdict.retry_after()),
             Outcome::Ignore => {
-                local
-                    .shared
-                    .record_closed(generation, Outcome::Ignore, None, None);
+                shared.record_closed(generation, Outcome::Ignore, None, None);
                 drop(permit);
             }
         },
@@ -167,7 +166,14 @@ where
                             let count_only = *what == Record::CountOnly;
                             *what = Record::Nothing;
                             let failure = Verdict::new(Outcome::Failure);
-                            record(local, *generation, permit, failure, *start, count_only);
+                            record(
+                                &local.shared,
+                                *generation,
+                                permit,
+                                failure,
+                                *start,
+                                count_only,
+                            );
                         }
                         resume_unwind(panic)
                     }
@@ -181,11 +187,25 @@ where
                         Ok(verdict) => verdict,
                         Err(panic) => {
                             let failure = Verdict::new(Outcome::Failure);
-                            record(local, *generation, permit, failure, *start, count_only);
+                            record(
+                                &local.shared,
+                                *generation,
+                                permit,
+                                failure,
+                                *start,
+                                count_only,
+                            );
                             resume_unwind(panic)
                         }
                     };
-                    record(local, *generation, permit, verdict, *start, count_only);
+                    record(
+                        &local.shared,
+                        *generation,
+                        permit,
+                        verdict,
+                        *start,
+                        count_only,
+                    );
                 }
                 Poll::Ready(output)
             }

@@ -90,6 +90,7 @@ pub mod future;
 mod layer;
 mod local;
 pub mod policy;
+pub mod registry;
 mod service;
 
 pub use breaker::{Breaker, BreakerGroup, Counts, Snapshot, State};

@@ -379,7 +379,7 @@ impl<S, C> CircuitBreaker<S, C> {
         S: Service<Req>,
     {
         self.local.counts.admitted();
-        let start = self.local.shared.needs_latency.then(Instant::now);
+        let start = self.local.shared.needs_latency().then(Instant::now);
         // If `call` panics, `permit` is dropped while unwinding and goes back.
         let future = self.inner.call(req);
         ResponseFuture::called(

@@ -74,9 +74,31 @@ impl Breaker {
         self.shared.name()
     }
 
-    /// The config it was built with.
-    pub fn config(&self) -> &Config {
-        &self.shared.config
+    /// The current config.
+    pub fn config(&self) -> Config {
+        self.shared.config()
+    }
+
+    /// Replaces the config, keeping the state, the counts and the open
+    /// period: a reload never forgives an outage in progress. The trip
+    /// policy's figures are kept when the policy is unchanged and start
+    /// afresh when it changed; a half-open round in progress starts again
+    /// under the new rules. The name is the breaker's own and does not
+    /// change.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::{Breaker, Config, State};
+    ///
+    /// let breaker = Breaker::new(Config::default());
+    /// breaker.force_open(Some(Duration::from_secs(60)));
+    /// breaker.reconfigure(Config::builder().cooldown(Duration::from_secs(5)).build()?);
+    /// assert_eq!(breaker.state(), State::Open, "still open");
+    /// assert_eq!(breaker.config().cooldown(), Duration::from_secs(5));
+    /// # Ok::<_, tower_circuit_breaker::ConfigError>(())
+    /// ```
+    pub fn reconfigure(&self, config: Config) {
+        self.shared.reconfigure(config);
     }
 
     /// The current state. An open breaker whose open period has ended reads

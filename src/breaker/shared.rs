@@ -15,11 +15,11 @@ mod manual;
 mod probes;
 
 pub(crate) use manual::Command;
-pub(crate) use probes::Ticket;
 use probes::ProbeBook;
+pub(crate) use probes::Ticket;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -36,7 +36,7 @@ use crate::policy::{PolicyFigures, PolicyState, Sample, TripReason};
 use crate::{Counts, Snapshot, State};
 
 /// Transitions a subscriber may fall behind by before it skips ahead.
-const EVENT_CAPACITY: usize = 64;
+pub(crate) const EVENT_CAPACITY: usize = 64;
 
 /// Keeps hot, read-mostly fields off the cache lines that slow paths write.
 #[repr(align(128))]
@@ -55,6 +55,10 @@ struct Hot {
 
 #[derive(Default)]
 struct Counters {
+    /// Calls admitted and refused on paths without a service clone of
+    /// their own (keyed services); clones count theirs in `clones`.
+    calls: AtomicU64,
+    rejected: AtomicU64,
     failures: AtomicU64,
     ignored: AtomicU64,
     stale: AtomicU64,
@@ -77,20 +81,32 @@ pub(super) struct Book {
     open_until_ms: u64,
     /// Deadlines of in-flight probes.
     probes: ProbeBook,
+    /// The config; lock-free paths read the copies in `Tuning`.
+    config: Config,
     rng: u64,
 }
 
+/// What lock-free paths read of the config, kept up to date by `tune`.
+#[derive(Default)]
+struct Tuning {
+    probes: AtomicU32,
+    max_open_ms: AtomicU64,
+    probe_timeout: AtomicBool,
+    needs_latency: AtomicBool,
+    needs_clock: AtomicBool,
+}
+
 pub(crate) struct Shared {
+    name: Arc<str>,
+    tuning: Tuning,
     hot: Padded<Hot>,
     counters: Padded<Counters>,
     book: Mutex<Book>,
     pub(crate) clones: Clones,
-    pub(crate) config: Config,
     /// Made on first subscription: unsubscribed breakers pay nothing.
     events: OnceLock<broadcast::Sender<Transition>>,
-    pub(crate) needs_latency: bool,
-    /// Whether recording a success needs the time (time windows).
-    needs_clock: bool,
+    /// A registry's channel, which every breaker it made also announces to.
+    forward: OnceLock<broadcast::Sender<Transition>>,
     epoch: Instant,
 }
 
@@ -107,12 +123,9 @@ fn ceil_ms(d: Duration) -> u64 {
 impl Shared {
     pub(crate) fn new(config: Config) -> Self {
         let policy = PolicyState::new(&config.trip);
-        let probes = if config.probe_timeout.is_some() {
-            config.probes as usize
-        } else {
-            0
-        };
         Shared {
+            name: Arc::clone(&config.name),
+            tuning: Tuning::default(),
             hot: Padded(Hot {
                 word: AtomicU64::new(Word::closed(0).0),
                 success_matters: AtomicBool::new(policy.success_matters()),
@@ -128,19 +141,82 @@ impl Shared {
                 last_trip: None,
                 since_ms: 0,
                 open_until_ms: 0,
-                probes: ProbeBook::new(probes),
+                probes: ProbeBook::new(0),
                 rng: seed(),
+                config: config.clone(),
             }),
-            needs_latency: config.trip.needs_latency(),
-            needs_clock: config.trip.needs_clock(),
-            config,
             events: OnceLock::new(),
+            forward: OnceLock::new(),
             epoch: Instant::now(),
         }
+        .tuned(&config)
+    }
+
+    /// Copies what lock-free paths read of `config` into atomics, and sizes
+    /// the probe book.
+    fn tuned(self, config: &Config) -> Self {
+        self.tune(&mut self.lock(), config);
+        self
+    }
+
+    fn tune(&self, book: &mut Book, config: &Config) {
+        let t = &self.tuning;
+        t.probes.store(config.probes, Ordering::Relaxed);
+        t.max_open_ms
+            .store(ceil_ms(config.max_open), Ordering::Relaxed);
+        t.probe_timeout
+            .store(config.probe_timeout.is_some(), Ordering::Relaxed);
+        t.needs_latency
+            .store(config.trip.needs_latency(), Ordering::Relaxed);
+        t.needs_clock
+            .store(config.trip.needs_clock(), Ordering::Relaxed);
+        let slots = if config.probe_timeout.is_some() {
+            config.probes as usize
+        } else {
+            0
+        };
+        book.probes = ProbeBook::new(slots);
+    }
+
+    /// Replaces the config, keeping the state, the counts and the open
+    /// period: a reload never forgives an outage in progress. The trip
+    /// policy's figures are kept when the policy is unchanged and start
+    /// afresh when it changed. A half-open round in progress starts again
+    /// under the new rules (its probes' outcomes are then dropped).
+    pub(crate) fn reconfigure(&self, mut config: Config) {
+        config.name = Arc::clone(&self.name);
+        let mut book = self.lock();
+        if book.config.trip != config.trip {
+            book.policy = PolicyState::new(&config.trip);
+        }
+        self.tune(&mut book, &config);
+        book.config = config;
+        self.forget_probes(&mut book);
+        self.refresh_success_flag(&book);
+        let mut w = self.load();
+        while w.tag() == Tag::HalfOpen {
+            match self.cas(w, Word::half_open(w.next_generation(), 0, 0)) {
+                Ok(()) => break,
+                Err(actual) => w = actual,
+            }
+        }
+        drop(book);
+        self.clones.wake_all();
+    }
+
+    /// The current config.
+    pub(crate) fn config(&self) -> Config {
+        self.lock().config.clone()
+    }
+
+    /// Whether calls must be timed (a slow-call policy).
+    #[inline]
+    pub(crate) fn needs_latency(&self) -> bool {
+        self.tuning.needs_latency.load(Ordering::Relaxed)
     }
 
     pub(crate) fn name(&self) -> &Arc<str> {
-        &self.config.name
+        &self.name
     }
 
     #[inline]
@@ -237,7 +313,7 @@ impl Shared {
                             continue;
                         }
                     }
-                    if w.in_flight() < self.config.probes {
+                    if w.in_flight() < self.tuning.probes.load(Ordering::Relaxed) {
                         match self.take_permit(w, now) {
                             Ok(permit) => return Decision::Probe(permit),
                             Err(actual) => {
@@ -259,7 +335,7 @@ impl Shared {
                         // An operator's isolation holds even in shadow mode:
                         // nobody knows when it ends; say so with `max_open`.
                         Manual::Isolated => Decision::Reject {
-                            retry_after_ms: ceil_ms(self.config.max_open),
+                            retry_after_ms: self.tuning.max_open_ms.load(Ordering::Relaxed),
                             state: State::ForcedOpen,
                             word: w,
                             until_ms: None,
@@ -299,6 +375,17 @@ impl Shared {
             word: w,
             until_ms,
         }
+    }
+
+    /// Counts a call admitted, or refused, by a path without a service
+    /// clone of its own.
+    pub(crate) fn count_call(&self, admitted: bool) {
+        let counter = if admitted {
+            &self.counters.0.calls
+        } else {
+            &self.counters.0.rejected
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts the outcome of a call let through without feeding the policy.
@@ -348,7 +435,9 @@ impl Shared {
         // resetting a streak or moving a count window does not.
         let (elapsed, now) = match timing {
             Some((elapsed, end)) => (Some(elapsed), self.ms_at(end)),
-            None if failure || self.needs_clock => (None, self.now_ms()),
+            None if failure || self.tuning.needs_clock.load(Ordering::Relaxed) => {
+                (None, self.now_ms())
+            }
             None => (None, 0),
         };
         if failure {
@@ -395,7 +484,7 @@ impl Shared {
 
     fn note_hint(&self, book: &mut Book, hint: Option<Duration>, now: u64) {
         if let Some(hint) = hint {
-            let capped = ceil_ms(hint.min(self.config.max_open));
+            let capped = ceil_ms(hint.min(book.config.max_open));
             let until = now.saturating_add(capped);
             book.hint_until_ms = Some(book.hint_until_ms.map_or(until, |u| u.max(until)));
         }
@@ -405,7 +494,7 @@ impl Shared {
     /// period for this attempt, jittered, never under `min_open`, never under
     /// an announced retry-after, never over `max_open`.
     fn open_until(&self, book: &mut Book, from_ms: u64) -> u64 {
-        let c = &self.config;
+        let c = &book.config;
         let mut period = c.open_period(book.attempt);
         if c.jitter > 0.0 {
             let share = c.jitter * next_unit(&mut book.rng);
@@ -428,13 +517,27 @@ impl Shared {
     /// waits), so they see one breaker's transitions in order; the `tracing`
     /// event and the wake-ups follow once it is released.
     pub(super) fn announce(&self, book: MutexGuard<'_, Book>, transition: Transition) {
+        // No subscriber left is not an error.
         if let Some(events) = self.events.get() {
-            // No subscriber left is not an error.
             let _ = events.send(transition.clone());
+        }
+        if let Some(registry) = self.forward.get() {
+            let _ = registry.send(transition.clone());
         }
         drop(book);
         transition.emit();
         self.clones.wake_all();
+    }
+
+    /// Also announces every transition to `registry`.
+    pub(crate) fn forward_to(&self, registry: broadcast::Sender<Transition>) {
+        let _ = self.forward.set(registry);
+    }
+
+    /// Whether a success would change the trip policy's state (a closed
+    /// breaker with nothing to forget is the cheapest to evict).
+    pub(crate) fn holds_failures(&self) -> bool {
+        self.hot.0.success_matters.load(Ordering::Relaxed)
     }
 
     /// A receiver of this breaker's transitions from now on.
@@ -481,6 +584,8 @@ impl Shared {
 
     pub(crate) fn snapshot(&self) -> Snapshot {
         let (calls, rejected) = self.clones.totals();
+        let calls = calls + self.counters.0.calls.load(Ordering::Relaxed);
+        let rejected = rejected + self.counters.0.rejected.load(Ordering::Relaxed);
         let book = self.lock();
         let w = self.load();
         let now = self.now_ms();

@@ -77,12 +77,18 @@ impl Shared {
     /// changed under us.
     pub(super) fn take_permit(self: &Arc<Self>, w: Word, now: u64) -> Result<Permit, Word> {
         let next = Word::half_open(w.generation(), w.in_flight() + 1, w.successes());
-        let Some(timeout) = self.config.probe_timeout else {
+        if !self.tuning.probe_timeout.load(Ordering::Relaxed) {
+            self.cas(w, next)?;
+            self.counters.0.probes.fetch_add(1, Ordering::Relaxed);
+            return Ok(Permit::new(Arc::clone(self), w.generation(), None));
+        }
+        let mut book = self.lock();
+        // A reload in between changes the generation: the swap below fails.
+        let Some(timeout) = book.config.probe_timeout else {
             self.cas(w, next)?;
             self.counters.0.probes.fetch_add(1, Ordering::Relaxed);
             return Ok(Permit::new(Arc::clone(self), w.generation(), None));
         };
-        let mut book = self.lock();
         self.cas(w, next)?;
         self.counters.0.probes.fetch_add(1, Ordering::Relaxed);
         let probes = &mut book.probes;
@@ -120,10 +126,13 @@ impl Shared {
     /// The probe's call is being made: its deadline starts now. False when
     /// the permit no longer holds.
     pub(crate) fn begin_probe(&self, generation: u32, ticket: Option<Ticket>) -> bool {
-        let (Some(ticket), Some(timeout)) = (ticket, self.config.probe_timeout) else {
+        let Some(ticket) = ticket else {
             return self.is_half_open_in(generation);
         };
         let mut book = self.lock();
+        let Some(timeout) = book.config.probe_timeout else {
+            return false;
+        };
         if !self.is_half_open_in(generation) {
             return false;
         }
@@ -138,10 +147,10 @@ impl Shared {
     }
 
     pub(super) fn publish_probe_deadline(&self, book: &Book) {
-        self.hot
-            .0
-            .probe_deadline_ms
-            .store(book.probes.earliest().unwrap_or(u64::MAX), Ordering::Release);
+        self.hot.0.probe_deadline_ms.store(
+            book.probes.earliest().unwrap_or(u64::MAX),
+            Ordering::Release,
+        );
     }
 
     /// Leaving half-open: no probe deadline applies any more.
@@ -206,7 +215,7 @@ impl Shared {
             book.probes.slots[ticket.slot] = None;
             self.publish_probe_deadline(&book);
         }
-        if w.successes() + 1 < self.config.successes_to_close {
+        if w.successes() + 1 < book.config.successes_to_close {
             self.lower_in_flight(generation, 1);
             drop(book);
             self.clones.wake_all();
@@ -319,7 +328,9 @@ impl Shared {
                     );
                     return;
                 }
-                Err(actual) if actual.tag() == Tag::HalfOpen && actual.generation() == generation => {
+                Err(actual)
+                    if actual.tag() == Tag::HalfOpen && actual.generation() == generation =>
+                {
                     w = actual;
                 }
                 // Unreachable under the lock; stay safe if that changes.

@@ -1,0 +1,469 @@
+//! Keyed breakers: one breaker per key (provider, credential, model, host),
+//! made on first use, bounded in number, each with an optional parent.
+//!
+//! A provider (and a credential) is what goes down; a single model can be
+//! withdrawn while its siblings work. A [`Registry`] holds one [`Breaker`] per
+//! key, from a default config or a per-key one, and serves the request path
+//! ([`KeyedLayer`]) and the metrics page ([`Registry::snapshot`]) from the
+//! very same breakers.
+//!
+//! # Bounds
+//!
+//! Keys can come from request data an attacker controls, so the number of
+//! breakers is bounded ([`RegistryBuilder::max_keys`], default 10,000). When
+//! a new key finds the registry full, idle closed breakers are evicted, those
+//! with nothing to forget first, then the least recently used, in a batch of
+//! a sixteenth of the bound, so that the cost of a scan is shared by many
+//! insertions. An open, half-open or manually held breaker is never evicted;
+//! if nothing can be, the request gets [`RegistryFull`] rather than the
+//! registry growing. A breaker costs about 1 KiB (more with large windows),
+//! so the default bound holds about 10 MiB.
+//!
+//! Keys are hashed with a randomly keyed SipHash, as `std`'s `HashMap` does,
+//! so an attacker cannot aim keys at one bucket.
+//!
+//! # Parents
+//!
+//! With [`RegistryBuilder::parent`], every key may have a parent key
+//! (provider over provider-and-model). Every outcome counts in the child
+//! and in its parent; a request is refused if either is open, and the
+//! [`CircuitOpen`](crate::CircuitOpen) error names which. Parents are keys
+//! like any other, with their own configs.
+//!
+//! ```
+//! use tower_circuit_breaker::{registry::Registry, Config, State};
+//!
+//! let registry = Registry::<String>::builder()
+//!     .default_config(Config::default())
+//!     .parent(|key: &String| key.split_once('/').map(|(provider, _)| provider.to_string()))
+//!     .max_keys(1_000)
+//!     .build();
+//! let model = registry.get(&"openai/gpt-x".to_string())?;
+//! assert_eq!(model.name(), "openai/gpt-x");
+//! assert_eq!(registry.get(&"openai".to_string())?.state(), State::Closed);
+//! # Ok::<_, tower_circuit_breaker::registry::RegistryFull>(())
+//! ```
+
+mod extract;
+mod service;
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::error::Error;
+use std::fmt;
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::sync::broadcast;
+
+pub use extract::{authority, header};
+pub use service::{KeyedCircuitBreaker, KeyedFuture, KeyedLayer};
+
+use crate::breaker::shared::EVENT_CAPACITY;
+use crate::breaker::{Breaker, BreakerGroup, Snapshot};
+use crate::config::Config;
+use crate::events::Transition;
+use crate::State;
+
+/// The number of shards: lookups of different keys rarely share a lock.
+const SHARDS: usize = 16;
+
+type ParentOf<K> = Arc<dyn Fn(&K) -> Option<K> + Send + Sync>;
+
+/// A breaker per key. Cheap to clone: clones share the breakers.
+pub struct Registry<K> {
+    inner: Arc<Inner<K>>,
+}
+
+impl<K> Clone for Registry<K> {
+    fn clone(&self) -> Self {
+        Registry {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+struct Entry {
+    breaker: Breaker,
+    /// The insertion count when this key was last used: a cheap clock for
+    /// eviction order, written only when it moved.
+    last_used: AtomicU64,
+}
+
+/// Entries by the key's hash (already computed: the shard map hashes no
+/// further), a bucket holding the rare keys whose hashes collide.
+type Shard<K> = HashMap<u64, Vec<(K, Arc<Entry>)>, BuildHasherDefault<Prehashed>>;
+
+struct Inner<K> {
+    shards: Vec<RwLock<Shard<K>>>,
+    hasher: RandomState,
+    configs: RwLock<Configs<K>>,
+    parent_of: Option<ParentOf<K>>,
+    max_keys: usize,
+    keys: AtomicU64,
+    /// Counts insertions; see `Entry::last_used`.
+    insertions: AtomicU64,
+    /// Makes evictions one at a time.
+    evicting: Mutex<()>,
+    events: broadcast::Sender<Transition>,
+}
+
+struct Configs<K> {
+    default: Config,
+    per_key: HashMap<K, Config>,
+}
+
+/// Builds a [`Registry`].
+pub struct RegistryBuilder<K> {
+    default: Config,
+    per_key: HashMap<K, Config>,
+    parent_of: Option<ParentOf<K>>,
+    max_keys: usize,
+}
+
+/// The registry holds as many breakers as it may, and none can be evicted:
+/// every one is open, half-open or held by an operator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegistryFull {
+    max_keys: usize,
+}
+
+impl RegistryFull {
+    /// The registry's bound.
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+}
+
+impl fmt::Display for RegistryFull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "circuit breaker registry is full ({} keys, none idle and closed)",
+            self.max_keys
+        )
+    }
+}
+
+impl Error for RegistryFull {}
+
+impl<K> Registry<K>
+where
+    K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,
+{
+    /// Starts a registry: default config, no parents, at most 10,000 keys.
+    pub fn builder() -> RegistryBuilder<K> {
+        RegistryBuilder {
+            default: Config::default(),
+            per_key: HashMap::new(),
+            parent_of: None,
+            max_keys: 10_000,
+        }
+    }
+
+    /// A registry with `config` for every key.
+    pub fn new(config: Config) -> Self {
+        Self::builder().default_config(config).build()
+    }
+
+    fn hash(&self, key: &K) -> u64 {
+        let mut h = self.inner.hasher.build_hasher();
+        key.hash(&mut h);
+        h.finish()
+    }
+
+    fn shard(&self, hash: u64) -> &RwLock<Shard<K>> {
+        &self.inner.shards[(hash >> 59) as usize % SHARDS]
+    }
+
+    fn find(&self, key: &K, hash: u64) -> Option<Arc<Entry>> {
+        let shard = self.shard(hash).read().unwrap_or_else(|p| p.into_inner());
+        shard
+            .get(&hash)?
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, entry)| Arc::clone(entry))
+    }
+
+    /// The breaker for `key`, made on first use. Its name is the key.
+    pub fn get(&self, key: &K) -> Result<Breaker, RegistryFull> {
+        self.entry(key).map(|entry| entry.breaker.clone())
+    }
+
+    /// The breaker for `key` and, when the key has one, its parent's.
+    pub fn get_with_parent(&self, key: &K) -> Result<(Breaker, Option<Breaker>), RegistryFull> {
+        let child = self.get(key)?;
+        let parent = match self.inner.parent_of.as_ref().and_then(|f| f(key)) {
+            Some(parent) if &parent != key => Some(self.get(&parent)?),
+            _ => None,
+        };
+        Ok((child, parent))
+    }
+
+    fn entry(&self, key: &K) -> Result<Arc<Entry>, RegistryFull> {
+        let hash = self.hash(key);
+        let now = self.inner.insertions.load(Ordering::Relaxed);
+        if let Some(entry) = self.find(key, hash) {
+            // Write only when the clock moved: repeated use of a hot key
+            // writes nothing.
+            if entry.last_used.load(Ordering::Relaxed) != now {
+                entry.last_used.store(now, Ordering::Relaxed);
+            }
+            return Ok(entry);
+        }
+        self.insert(key, hash)
+    }
+
+    fn insert(&self, key: &K, hash: u64) -> Result<Arc<Entry>, RegistryFull> {
+        if self.inner.keys.load(Ordering::Relaxed) as usize >= self.inner.max_keys {
+            self.evict();
+            if self.inner.keys.load(Ordering::Relaxed) as usize >= self.inner.max_keys {
+                return Err(RegistryFull {
+                    max_keys: self.inner.max_keys,
+                });
+            }
+        }
+        let mut shard = self.shard(hash).write().unwrap_or_else(|p| p.into_inner());
+        let bucket = shard.entry(hash).or_default();
+        // Another caller may have made it meanwhile.
+        if let Some((_, entry)) = bucket.iter().find(|(k, _)| k == key) {
+            return Ok(Arc::clone(entry));
+        }
+        let breaker = Breaker::new(self.config_for(key));
+        breaker.shared.forward_to(self.inner.events.clone());
+        let tick = self.inner.insertions.fetch_add(1, Ordering::Relaxed) + 1;
+        let entry = Arc::new(Entry {
+            breaker,
+            last_used: AtomicU64::new(tick),
+        });
+        bucket.push((key.clone(), Arc::clone(&entry)));
+        self.inner.keys.fetch_add(1, Ordering::Relaxed);
+        Ok(entry)
+    }
+
+    fn config_for(&self, key: &K) -> Config {
+        let configs = self.inner.configs.read().unwrap_or_else(|p| p.into_inner());
+        let mut config = configs.per_key.get(key).unwrap_or(&configs.default).clone();
+        config.name = Arc::from(key.to_string());
+        config
+    }
+
+    /// Evicts a batch of idle closed breakers: those with no failure to
+    /// forget first, then the least recently used.
+    fn evict(&self) {
+        let Ok(_one_at_a_time) = self.inner.evicting.try_lock() else {
+            // Another caller is evicting; its batch serves us too.
+            return;
+        };
+        let mut candidates: Vec<(bool, u64, u64, K)> = Vec::new();
+        for shard in &self.inner.shards {
+            let shard = shard.read().unwrap_or_else(|p| p.into_inner());
+            for (hash, bucket) in shard.iter() {
+                for (key, entry) in bucket {
+                    if entry.breaker.shared.load().tag() == crate::breaker::state::Tag::Closed {
+                        candidates.push((
+                            entry.breaker.shared.holds_failures(),
+                            entry.last_used.load(Ordering::Relaxed),
+                            *hash,
+                            key.clone(),
+                        ));
+                    }
+                }
+            }
+        }
+        let batch = (self.inner.max_keys / 16).max(1);
+        if candidates.len() > batch {
+            candidates.select_nth_unstable_by_key(batch - 1, |(f, used, _, _)| (*f, *used));
+            candidates.truncate(batch);
+        }
+        for (_, _, hash, key) in candidates {
+            let mut shard = self.shard(hash).write().unwrap_or_else(|p| p.into_inner());
+            if let Some(bucket) = shard.get_mut(&hash) {
+                // Evict only if still closed: it may have tripped meanwhile.
+                if let Some(i) = bucket.iter().position(|(k, e)| {
+                    k == &key && e.breaker.shared.load().tag() == crate::breaker::state::Tag::Closed
+                }) {
+                    bucket.swap_remove(i);
+                    self.inner.keys.fetch_sub(1, Ordering::Relaxed);
+                }
+                if bucket.is_empty() {
+                    shard.remove(&hash);
+                }
+            }
+        }
+    }
+
+    /// How many keys the registry holds.
+    pub fn len(&self) -> usize {
+        self.inner.keys.load(Ordering::Relaxed) as usize
+    }
+
+    /// Whether the registry holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every key with its breaker.
+    pub fn breakers(&self) -> Vec<(K, Breaker)> {
+        let mut all = Vec::with_capacity(self.len());
+        for shard in &self.inner.shards {
+            let shard = shard.read().unwrap_or_else(|p| p.into_inner());
+            for (key, entry) in shard.values().flatten() {
+                all.push((key.clone(), entry.breaker.clone()));
+            }
+        }
+        all
+    }
+
+    /// Every key with its snapshot: state, counts, the policy's figures,
+    /// retry-after and time in state, read from the breakers the request
+    /// path uses.
+    pub fn snapshot(&self) -> Vec<(K, Snapshot)> {
+        self.breakers()
+            .into_iter()
+            .map(|(key, breaker)| (key, breaker.snapshot()))
+            .collect()
+    }
+
+    /// The breakers whose keys match `filter`, under one control (isolate
+    /// every model of a provider in one call).
+    pub fn group(&self, filter: impl Fn(&K) -> bool) -> BreakerGroup {
+        BreakerGroup::new(
+            self.breakers()
+                .into_iter()
+                .filter(|(key, _)| filter(key))
+                .map(|(_, breaker)| breaker),
+        )
+    }
+
+    /// Sets `key`'s config (and reconfigures its breaker if it exists,
+    /// keeping its state, counts and open period).
+    pub fn configure(&self, key: K, config: Config) {
+        let existing = self.find(&key, self.hash(&key));
+        self.inner
+            .configs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .per_key
+            .insert(key.clone(), config.clone());
+        if let Some(entry) = existing {
+            entry.breaker.reconfigure(config);
+        }
+    }
+
+    /// Replaces the default and every per-key config at once, and
+    /// reconfigures every existing breaker: states, counts and open periods
+    /// are kept, so a reload never forgives an outage in progress.
+    pub fn reload(&self, default: Config, per_key: impl IntoIterator<Item = (K, Config)>) {
+        {
+            let mut configs = self
+                .inner
+                .configs
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            configs.default = default;
+            configs.per_key = per_key.into_iter().collect();
+        }
+        for (key, breaker) in self.breakers() {
+            breaker.reconfigure(self.config_for(&key));
+        }
+    }
+
+    /// A receiver of every transition of every breaker in the registry,
+    /// in order per breaker.
+    pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.inner.events.subscribe()
+    }
+
+    /// The keys whose breakers are in `state`.
+    pub fn keys_in(&self, state: State) -> Vec<K> {
+        self.breakers()
+            .into_iter()
+            .filter(|(_, b)| b.state() == state)
+            .map(|(k, _)| k)
+            .collect()
+    }
+}
+
+impl<K> RegistryBuilder<K>
+where
+    K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,
+{
+    /// The config of every key without one of its own.
+    pub fn default_config(mut self, config: Config) -> Self {
+        self.default = config;
+        self
+    }
+
+    /// A config of `key`'s own.
+    pub fn config(mut self, key: K, config: Config) -> Self {
+        self.per_key.insert(key, config);
+        self
+    }
+
+    /// How to find a key's parent (for example the provider of a
+    /// provider-and-model key); `None` for keys without one.
+    pub fn parent(mut self, parent_of: impl Fn(&K) -> Option<K> + Send + Sync + 'static) -> Self {
+        self.parent_of = Some(Arc::new(parent_of));
+        self
+    }
+
+    /// The most keys the registry holds (at least 1; default 10,000).
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys.max(1);
+        self
+    }
+
+    /// The registry.
+    pub fn build(self) -> Registry<K> {
+        Registry {
+            inner: Arc::new(Inner {
+                shards: (0..SHARDS)
+                    .map(|_| RwLock::new(HashMap::default()))
+                    .collect(),
+                hasher: RandomState::new(),
+                configs: RwLock::new(Configs {
+                    default: self.default,
+                    per_key: self.per_key,
+                }),
+                parent_of: self.parent_of,
+                max_keys: self.max_keys,
+                keys: AtomicU64::new(0),
+                insertions: AtomicU64::new(0),
+                evicting: Mutex::new(()),
+                events: broadcast::channel(EVENT_CAPACITY).0,
+            }),
+        }
+    }
+}
+
+impl<K> fmt::Debug for Registry<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("keys", &self.inner.keys.load(Ordering::Relaxed))
+            .field("max_keys", &self.inner.max_keys)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A hasher for keys that are already hashes.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is used; fold anything else in for safety.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}

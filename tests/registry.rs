@@ -1,0 +1,303 @@
+//! Keyed breakers: bounds and eviction, parents, reload, snapshots, groups
+//! and events, through the registry and the keyed service.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::advance;
+use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
+use tower_circuit_breaker::policy::ConsecutiveFailures;
+use tower_circuit_breaker::registry::{KeyedLayer, Registry, RegistryFull};
+use tower_circuit_breaker::{CircuitOpen, Config, State};
+
+fn config(threshold: u32) -> Config {
+    Config::builder()
+        .trip(ConsecutiveFailures::new(threshold))
+        .cooldown(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn keys(registry: &Registry<String>) -> Vec<String> {
+    let mut keys: Vec<String> = registry.breakers().into_iter().map(|(k, _)| k).collect();
+    keys.sort();
+    keys
+}
+
+/// A keyed service over `registry`: requests are `(key, fail)`.
+fn keyed(
+    registry: &Registry<String>,
+    calls: Arc<AtomicUsize>,
+) -> impl tower::Service<(String, bool), Response = (), Error = BoxError> + Clone {
+    ServiceBuilder::new()
+        .layer(KeyedLayer::new(registry.clone(), |req: &(String, bool)| {
+            req.0.clone()
+        }))
+        .service(service_fn(move |(_, fail): (String, bool)| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if fail {
+                    Err(BoxError::from("down"))
+                } else {
+                    Ok(())
+                }
+            }
+        }))
+}
+
+#[test]
+fn one_breaker_per_key_named_by_its_key() {
+    let registry = Registry::<String>::new(config(5));
+    let a = registry.get(&"a".into()).unwrap();
+    let again = registry.get(&"a".into()).unwrap();
+    let b = registry.get(&"b".into()).unwrap();
+    assert!(a.ptr_eq(&again));
+    assert!(!a.ptr_eq(&b));
+    assert_eq!((a.name(), b.name()), ("a", "b"));
+    assert_eq!(registry.len(), 2);
+}
+
+#[test]
+fn per_key_config_overrides_the_default() {
+    let special = Config::builder()
+        .cooldown(Duration::from_secs(99))
+        .build()
+        .unwrap();
+    let registry = Registry::<String>::builder()
+        .default_config(config(5))
+        .config("slow".into(), special)
+        .build();
+    let slow = registry.get(&"slow".into()).unwrap();
+    let other = registry.get(&"other".into()).unwrap();
+    assert_eq!(slow.config().cooldown(), Duration::from_secs(99));
+    assert_eq!(other.config().cooldown(), Duration::from_secs(10));
+    assert_eq!(slow.config().name(), "slow");
+}
+
+#[test]
+fn full_registry_evicts_the_least_recently_used_idle_closed_breaker() {
+    // Sixteen keys: each eviction batch is one breaker.
+    let registry = Registry::<String>::builder()
+        .default_config(config(5))
+        .max_keys(16)
+        .build();
+    for i in 0..16 {
+        registry.get(&format!("k{i:02}")).unwrap();
+    }
+    registry.get(&"k00".into()).unwrap(); // used again: now the most recent
+    registry.get(&"new".into()).unwrap();
+    assert_eq!(registry.len(), 16);
+    let held = keys(&registry);
+    assert!(held.contains(&"k00".to_string()));
+    assert!(
+        !held.contains(&"k01".to_string()),
+        "k01 was least recently used"
+    );
+    assert!(held.contains(&"new".to_string()));
+}
+
+#[test]
+fn closed_breakers_with_failures_to_remember_are_evicted_last() {
+    let registry = Registry::<String>::builder()
+        .default_config(config(5))
+        .max_keys(16)
+        .build();
+    for i in 0..16 {
+        registry.get(&format!("k{i:02}")).unwrap();
+    }
+    // The oldest key holds a failure streak: evict a newer, clean one.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(keyed(&registry, calls).oneshot(("k00".into(), true)))
+        .unwrap_err();
+    registry.get(&"new".into()).unwrap();
+    let held = keys(&registry);
+    assert!(
+        held.contains(&"k00".to_string()),
+        "its failure is remembered"
+    );
+    assert!(!held.contains(&"k01".to_string()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn open_breakers_are_never_evicted_and_a_full_registry_refuses_with_a_typed_error() {
+    let registry = Registry::<String>::builder()
+        .default_config(config(1))
+        .max_keys(4)
+        .build();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = keyed(&registry, Arc::clone(&calls));
+    for i in 0..4 {
+        let _ = svc.clone().oneshot((format!("k{i}"), true)).await;
+    }
+    assert_eq!(registry.keys_in(State::Open).len(), 4);
+
+    let err = svc
+        .clone()
+        .oneshot(("fresh".into(), false))
+        .await
+        .unwrap_err();
+    let full = err.downcast_ref::<RegistryFull>().expect("RegistryFull");
+    assert_eq!(full.max_keys(), 4);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        4,
+        "the refused call was not made"
+    );
+    assert_eq!(registry.len(), 4);
+
+    // Once one recovers (closed), room is made again.
+    advance(Duration::from_secs(10)).await;
+    svc.clone().oneshot(("k0".into(), false)).await.unwrap();
+    svc.clone().oneshot(("fresh".into(), false)).await.unwrap();
+    assert!(keys(&registry).contains(&"fresh".to_string()));
+    assert!(!keys(&registry).contains(&"k0".to_string()));
+}
+
+#[test]
+fn a_million_distinct_keys_stay_within_the_bound() {
+    let registry = Registry::<String>::builder()
+        .default_config(config(5))
+        .max_keys(1_000)
+        .build();
+    let mut most = 0;
+    for i in 0..1_000_000u32 {
+        registry.get(&i.to_string()).unwrap();
+        most = most.max(registry.len());
+    }
+    assert!(most <= 1_000, "held {most} keys");
+    assert!(registry.len() > 900, "evicts in batches, not all at once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn parent_trips_on_its_childrens_failures_while_each_child_stays_closed() {
+    let registry = Registry::<String>::builder()
+        .default_config(config(3))
+        .config("openai".into(), config(5))
+        .parent(|key: &String| key.split_once('/').map(|(p, _)| p.to_string()))
+        .build();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = keyed(&registry, Arc::clone(&calls));
+    for model in ["a", "b", "c", "d", "e"] {
+        let _ = svc.clone().oneshot((format!("openai/{model}"), true)).await;
+    }
+    let parent = registry.get(&"openai".into()).unwrap();
+    assert_eq!(parent.state(), State::Open);
+    for model in ["a", "b", "c", "d", "e"] {
+        let child = registry.get(&format!("openai/{model}")).unwrap();
+        assert_eq!(child.state(), State::Closed, "one failure each");
+    }
+
+    // Every child is refused while its parent is open, and the error names it.
+    let made = calls.load(Ordering::SeqCst);
+    for model in ["a", "z"] {
+        let err = svc
+            .clone()
+            .oneshot((format!("openai/{model}"), false))
+            .await
+            .unwrap_err();
+        let open = CircuitOpen::find(err.as_ref()).expect("refused");
+        assert_eq!(open.breaker(), "openai");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), made);
+    // Another provider is untouched.
+    svc.clone()
+        .oneshot(("anthropic/x".into(), false))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_child_refuses_and_names_itself_while_its_parent_is_closed() {
+    let registry = Registry::<String>::builder()
+        .default_config(config(1))
+        .config("p".into(), config(100))
+        .parent(|key: &String| key.split_once('/').map(|(p, _)| p.to_string()))
+        .build();
+    let svc = keyed(&registry, Arc::new(AtomicUsize::new(0)));
+    let _ = svc.clone().oneshot(("p/sick".into(), true)).await;
+    let err = svc
+        .clone()
+        .oneshot(("p/sick".into(), false))
+        .await
+        .unwrap_err();
+    assert_eq!(CircuitOpen::find(err.as_ref()).unwrap().breaker(), "p/sick");
+    svc.clone().oneshot(("p/well".into(), false)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn reload_keeps_an_open_breaker_open_with_its_counts() {
+    let registry = Registry::<String>::new(config(1));
+    let svc = keyed(&registry, Arc::new(AtomicUsize::new(0)));
+    let _ = svc.clone().oneshot(("k".into(), true)).await;
+    let before = registry.get(&"k".into()).unwrap().snapshot();
+    assert_eq!(before.state, State::Open);
+
+    registry.reload(config(50), [("k".to_string(), config(7))]);
+    let after = registry.get(&"k".into()).unwrap().snapshot();
+    assert_eq!(
+        after.state,
+        State::Open,
+        "a reload never forgives an outage"
+    );
+    assert_eq!(after.retry_after, before.retry_after);
+    assert_eq!(after.counts.failures, before.counts.failures);
+    assert_eq!(after.counts.opened, 1);
+    assert_eq!(
+        registry.get(&"k".into()).unwrap().config().trip(),
+        config(7).trip()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn snapshot_shows_what_the_request_path_did() {
+    let registry = Registry::<String>::new(config(1));
+    let svc = keyed(&registry, Arc::new(AtomicUsize::new(0)));
+    let _ = svc.clone().oneshot(("k".into(), true)).await;
+    let _ = svc.clone().oneshot(("k".into(), false)).await; // refused
+    svc.clone().oneshot(("j".into(), false)).await.unwrap();
+    let snapshot: std::collections::HashMap<String, _> = registry.snapshot().into_iter().collect();
+    let k = &snapshot["k"];
+    assert_eq!(k.state, State::Open);
+    assert_eq!(
+        (k.counts.calls, k.counts.rejected, k.counts.failures),
+        (1, 1, 1)
+    );
+    assert_eq!(k.retry_after, Some(Duration::from_secs(10)));
+    assert_eq!(snapshot["j"].state, State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn group_isolates_and_restores_every_model_of_one_provider() {
+    let registry = Registry::<String>::new(config(5));
+    for key in ["openai/a", "openai/b", "anthropic/a"] {
+        registry.get(&key.into()).unwrap();
+    }
+    let openai = registry.group(|key| key.starts_with("openai/"));
+    assert_eq!(openai.force_open(None), 2);
+    assert_eq!(registry.keys_in(State::ForcedOpen).len(), 2);
+    assert_eq!(
+        registry.get(&"anthropic/a".into()).unwrap().state(),
+        State::Closed
+    );
+    assert_eq!(openai.restore(), 2);
+    assert!(registry.keys_in(State::ForcedOpen).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn registry_subscribers_see_every_keys_transitions() {
+    let registry = Registry::<String>::new(config(1));
+    let mut events = registry.subscribe();
+    let svc = keyed(&registry, Arc::new(AtomicUsize::new(0)));
+    let _ = svc.clone().oneshot(("a".into(), true)).await;
+    let _ = svc.clone().oneshot(("b".into(), true)).await;
+    let mut opened: Vec<String> = std::iter::from_fn(|| events.try_recv().ok())
+        .filter(|t| t.to == State::Open)
+        .map(|t| t.breaker.to_string())
+        .collect();
+    opened.sort();
+    assert_eq!(opened, ["a", "b"]);
+}
