@@ -122,6 +122,8 @@ fn ceil_ms(d: Duration) -> u64 {
 
 impl Shared {
     pub(crate) fn new(config: Config) -> Self {
+        #[cfg(feature = "metrics")]
+        crate::metrics::created(&config.name);
         let policy = PolicyState::new(&config.trip);
         Shared {
             name: Arc::clone(&config.name),
@@ -526,6 +528,8 @@ impl Shared {
         }
         drop(book);
         transition.emit();
+        #[cfg(feature = "metrics")]
+        crate::metrics::transition(&transition);
         self.clones.wake_all();
     }
 

@@ -168,9 +168,7 @@ where
     }
 
     fn hash(&self, key: &K) -> u64 {
-        let mut h = self.inner.hasher.build_hasher();
-        key.hash(&mut h);
-        h.finish()
+        self.inner.hasher.hash_one(key)
     }
 
     fn shard(&self, hash: u64) -> &RwLock<Shard<K>> {

@@ -1,0 +1,184 @@
+//! The error a failover returns when no candidate answered.
+
+use std::error::Error;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tower::BoxError;
+
+use crate::State;
+
+/// Every candidate of a [`Failover`](super::Failover) was open, failed, or
+/// was not tried because the attempt bound was reached.
+///
+/// It carries one [`Unavailable`] per candidate, in the chain's order, and
+/// the smallest retry-after among the open ones: when to try again. It
+/// reaches the caller inside tower's `BoxError`; find it with
+/// [`Exhausted::find`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tower::BoxError;
+/// use tower_circuit_breaker::failover::Exhausted;
+///
+/// fn when_to_retry(err: &BoxError) -> Option<Duration> {
+///     Exhausted::find(err.as_ref()).and_then(Exhausted::retry_after)
+/// }
+/// ```
+#[derive(Debug)]
+pub struct Exhausted {
+    candidates: Vec<Unavailable>,
+}
+
+impl Exhausted {
+    pub(crate) fn new(candidates: Vec<Unavailable>) -> Self {
+        Exhausted { candidates }
+    }
+
+    /// Why each candidate gave no answer, in the chain's order.
+    pub fn candidates(&self) -> &[Unavailable] {
+        &self.candidates
+    }
+
+    /// The smallest retry-after among the open candidates: the earliest a
+    /// breaker in the chain may admit a call again. `None` when no candidate
+    /// was open with a known end (all failed, or held open by an operator).
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.candidates
+            .iter()
+            .filter_map(|c| match c.reason {
+                Reason::Open { retry_after, .. } => retry_after,
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Finds an `Exhausted` in an error or anywhere in its source chain.
+    pub fn find<'a>(err: &'a (dyn Error + 'static)) -> Option<&'a Exhausted> {
+        let mut current = Some(err);
+        while let Some(e) = current {
+            if let Some(exhausted) = e.downcast_ref::<Exhausted>() {
+                return Some(exhausted);
+            }
+            current = e.source();
+        }
+        None
+    }
+}
+
+impl fmt::Display for Exhausted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("every failover candidate is unavailable")?;
+        for (n, candidate) in self.candidates.iter().enumerate() {
+            f.write_str(if n == 0 { ": " } else { "; " })?;
+            write!(f, "{candidate}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Error for Exhausted {
+    /// The last failure's error, if a call failed with one.
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        self.candidates.iter().rev().find_map(|c| match &c.reason {
+            Reason::Failed {
+                error: Some(error), ..
+            } => Some(error.as_ref() as &(dyn Error + 'static)),
+            _ => None,
+        })
+    }
+}
+
+/// One candidate that gave no answer, and why.
+#[derive(Debug)]
+pub struct Unavailable {
+    index: usize,
+    name: Arc<str>,
+    reason: Reason,
+}
+
+impl Unavailable {
+    pub(crate) fn new(index: usize, name: Arc<str>, reason: Reason) -> Self {
+        Unavailable {
+            index,
+            name,
+            reason,
+        }
+    }
+
+    /// The candidate's place in the chain, from zero.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The name of the candidate's breaker.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Why it gave no answer.
+    pub fn reason(&self) -> &Reason {
+        &self.reason
+    }
+}
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{} `{}` {}", self.index, self.name, self.reason)
+    }
+}
+
+/// Why a candidate gave no answer.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Reason {
+    /// Its breaker would not admit a call: skipped without calling it (open,
+    /// or held open by an operator), or refused with
+    /// [`CircuitOpen`](crate::CircuitOpen) (half-open with every probe in
+    /// flight).
+    #[non_exhaustive]
+    Open {
+        /// The breaker's state when it was skipped or refused.
+        state: State,
+        /// How long until it may admit a call; `None` while an operator
+        /// holds it open with no end.
+        retry_after: Option<Duration>,
+    },
+    /// It was called and the classifier counted the result as a failure.
+    #[non_exhaustive]
+    Failed {
+        /// The error it failed with; `None` when it answered with a response
+        /// the classifier counted as a failure (a 503, say), which is dropped.
+        error: Option<BoxError>,
+        /// A retry-after hint the classifier read from the result.
+        retry_after: Option<Duration>,
+    },
+    /// Not asked: the failover's attempt bound was reached first.
+    NotTried,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Open { state, retry_after } => {
+                f.write_str(match state {
+                    State::HalfOpen => "half-open with every probe in flight",
+                    State::ForcedOpen => "held open by an operator",
+                    _ => "open",
+                })?;
+                match retry_after {
+                    Some(after) => write!(f, ", retry after {} ms", after.as_millis()),
+                    None => f.write_str(", with no end"),
+                }
+            }
+            Reason::Failed {
+                error: Some(error), ..
+            } => write!(f, "failed: {error}"),
+            Reason::Failed { error: None, .. } => {
+                f.write_str("failed: the response counted as a failure")
+            }
+            Reason::NotTried => f.write_str("not tried: attempt bound reached"),
+        }
+    }
+}

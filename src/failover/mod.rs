@@ -1,0 +1,301 @@
+//! Failover: an ordered chain of candidates, each behind its own breaker.
+//!
+//! [`Failover`] sends each request to the first candidate that can take it
+//! and moves down the chain when one cannot:
+//!
+//! | the candidate | what the failover does |
+//! | --- | --- |
+//! | its breaker is open (or held open) | skips it **without calling it**: a read of its state |
+//! | its breaker refuses the call with [`CircuitOpen`] (half-open, every probe in flight) | moves on; costs no attempt |
+//! | it answers, and the classifier says failure (timeout, 5xx, 429) | moves on to the next |
+//! | it answers, and the classifier says ignore (a 400: the request is bad) | returns that answer: another provider would refuse it too |
+//! | it answers, and the classifier says success | returns it |
+//!
+//! When no candidate answered, the request fails with [`Exhausted`], which
+//! carries every candidate's reason and the smallest retry-after among the
+//! open ones. Each fallback is a `tracing` event with structured fields
+//! (`candidate`, `breaker`, `state`, `reason`): skips of an open candidate
+//! and exhausted chains at `DEBUG` (during an outage they happen on every
+//! request), a move past a failed call at `INFO`, a last resort at `WARN`.
+//!
+//! It sits outermost: failover → breaker → retry → timeout → client.
+
+mod error;
+mod future;
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use tower::BoxError;
+use tower_service::Service;
+
+use crate::classify::{Classify, ErrorsAsFailures};
+use crate::{Breaker, CircuitBreaker, CircuitOpen};
+
+pub use self::error::{Exhausted, Reason, Unavailable};
+pub use self::future::ResponseFuture;
+
+/// A tower [`Service`] over an ordered list of candidates, each a
+/// [`CircuitBreaker`]: each request goes to the first candidate that
+/// answers it (see the [module docs](self) for every case).
+///
+/// * **Requests must be `Clone`**: each call a request reaches is made with
+///   a clone of it (the original is kept for the next candidate). Make large
+///   bodies cheap to clone (`Bytes`, an `Arc`).
+/// * **The error type is tower's `BoxError`**: a candidate's own error when
+///   the classifier returns it (ignored, or counted a success), or
+///   [`Exhausted`] when no candidate answered.
+/// * **`poll_ready` is always ready.** Which candidate a request reaches, and
+///   whether it needs a second one, is known only once earlier attempts have
+///   answered, so the response future drives each candidate's readiness
+///   (`ready`, then `call`) itself, on a copy of that candidate. Each clone
+///   of the failover keeps the copies it made and reuses them, so a
+///   breaker's per-clone handle is made once per clone of the failover and
+///   candidate, not once per request. A candidate whose `poll_ready` fails
+///   counts as failed for that request.
+/// * **Use fail-fast candidates** ([`Readiness::FailFast`], the default): a
+///   gated one, half-open with every probe in flight, makes the request wait
+///   for it rather than move on.
+/// * **The classifier is the failover's own** (default: every `Err` is a
+///   failure). Give it the one the breakers use, such as
+///   [`HttpClassifier`](crate::classify::HttpClassifier), with
+///   [`classify`](Failover::classify), so a 503 counts as a failure here as
+///   it does there.
+/// * **At most [`max_attempts`](Failover::max_attempts) calls** per request
+///   (default: the number of candidates). Skips and refusals by an open
+///   breaker cost nothing and do not count.
+/// * **Last resort** (off by default, [`last_resort`](Failover::last_resort)):
+///   when every candidate is open, the one whose retry-after ends soonest is
+///   called anyway, around its breaker.
+///
+/// Candidates all have one type: wrap different clients in
+/// `tower::util::BoxCloneService` inside their breakers.
+///
+/// ```
+/// use tower::{service_fn, util::BoxCloneService, BoxError, ServiceExt};
+/// use tower_circuit_breaker::failover::{Exhausted, Failover};
+/// use tower_circuit_breaker::{Breaker, CircuitBreaker, Config};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), BoxError> {
+/// type Provider = BoxCloneService<String, String, BoxError>;
+/// let primary: Provider = BoxCloneService::new(service_fn(|_prompt: String| async {
+///     Err::<String, BoxError>("503 from primary".into())
+/// }));
+/// let secondary: Provider = BoxCloneService::new(service_fn(|prompt: String| async move {
+///     Ok::<_, BoxError>(format!("secondary answers {prompt}"))
+/// }));
+///
+/// let primary_breaker = Breaker::new(Config::builder().name("primary").build()?);
+/// let secondary_breaker = Breaker::new(Config::builder().name("secondary").build()?);
+/// let chain = Failover::new([
+///     CircuitBreaker::new(primary, &primary_breaker),
+///     CircuitBreaker::new(secondary, &secondary_breaker),
+/// ]);
+///
+/// // The primary fails; the secondary answers.
+/// let answer = chain.clone().oneshot("hi".to_string()).await?;
+/// assert_eq!(answer, "secondary answers hi");
+///
+/// // With every breaker open, nothing is called and the error says when to
+/// // come back.
+/// primary_breaker.force_open(Some(std::time::Duration::from_secs(30)));
+/// secondary_breaker.force_open(Some(std::time::Duration::from_secs(10)));
+/// let err = chain.oneshot("hi".to_string()).await.unwrap_err();
+/// let exhausted = Exhausted::find(err.as_ref()).expect("every candidate is open");
+/// assert_eq!(exhausted.candidates().len(), 2);
+/// assert_eq!(exhausted.retry_after(), Some(std::time::Duration::from_secs(10)));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// [`Readiness::FailFast`]: crate::Readiness::FailFast
+pub struct Failover<S, BC = ErrorsAsFailures, C = ErrorsAsFailures> {
+    shared: Arc<Shared<S, BC>>,
+    classifier: C,
+    settings: Settings,
+}
+
+/// What a response future needs to know of the failover's settings.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Settings {
+    pub(crate) max_attempts: usize,
+    pub(crate) last_resort: bool,
+}
+
+/// One link of the chain.
+pub(crate) struct Candidate<S, BC> {
+    pub(crate) name: Arc<str>,
+    pub(crate) breaker: Breaker,
+    /// Copied when a clone of the failover has no idle copy at hand. Behind a
+    /// mutex so that the chain can be shared across threads whatever `S` is
+    /// (`BoxCloneService` is `Send` but not `Sync`).
+    prototype: Mutex<CircuitBreaker<S, BC>>,
+}
+
+/// The chain, shared by every clone of the failover, and this clone's idle
+/// copies of its candidates, shared with its response futures.
+pub(crate) struct Shared<S, BC> {
+    pub(crate) candidates: Arc<[Candidate<S, BC>]>,
+    /// One list per candidate, of copies made by this clone that are not in
+    /// use. A copy goes back right after its `call`: it never holds a
+    /// reservation when it does.
+    idle: Mutex<Vec<Vec<CircuitBreaker<S, BC>>>>,
+}
+
+/// Locks a mutex that never holds user state mid-update: a panic in a
+/// user's `clone` leaves the lists as they were, so poisoning is ignored.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl<S, BC> Shared<S, BC> {
+    fn new(candidates: Arc<[Candidate<S, BC>]>) -> Self {
+        let idle = Mutex::new(candidates.iter().map(|_| Vec::new()).collect());
+        Shared { candidates, idle }
+    }
+
+    /// A copy of candidate `index` to call: an idle one, or a new one.
+    pub(crate) fn take(&self, index: usize) -> Option<CircuitBreaker<S, BC>>
+    where
+        S: Clone,
+        BC: Clone,
+    {
+        let idle = lock(&self.idle).get_mut(index).and_then(Vec::pop);
+        match idle {
+            Some(copy) => Some(copy),
+            None => self
+                .candidates
+                .get(index)
+                .map(|candidate| lock(&candidate.prototype).clone()),
+        }
+    }
+
+    /// Gives back a copy after its `call`.
+    pub(crate) fn give_back(&self, index: usize, copy: CircuitBreaker<S, BC>) {
+        if let Some(list) = lock(&self.idle).get_mut(index) {
+            list.push(copy);
+        }
+    }
+}
+
+impl<S, BC> Failover<S, BC> {
+    /// A chain over `candidates`, tried in order, with the default
+    /// classifier (every `Err` is a failure), at most one call per
+    /// candidate, and no last resort.
+    pub fn new(candidates: impl IntoIterator<Item = CircuitBreaker<S, BC>>) -> Self {
+        let candidates: Arc<[Candidate<S, BC>]> = candidates
+            .into_iter()
+            .map(|service| {
+                let breaker = service.breaker();
+                Candidate {
+                    name: Arc::from(breaker.name()),
+                    breaker,
+                    prototype: Mutex::new(service),
+                }
+            })
+            .collect();
+        let max_attempts = candidates.len().max(1);
+        Failover {
+            shared: Arc::new(Shared::new(candidates)),
+            classifier: ErrorsAsFailures,
+            settings: Settings {
+                max_attempts,
+                last_resort: false,
+            },
+        }
+    }
+}
+
+impl<S, BC, C> Failover<S, BC, C> {
+    /// Uses `classifier` to decide whether a candidate's result is an answer
+    /// (success, or ignored: returned to the caller) or a failure (the next
+    /// candidate is tried). Use the breakers' classifier.
+    pub fn classify<C2>(self, classifier: C2) -> Failover<S, BC, C2> {
+        Failover {
+            shared: self.shared,
+            classifier,
+            settings: self.settings,
+        }
+    }
+
+    /// Bounds the calls one request may make (default: the number of
+    /// candidates; 0 is taken as 1). Candidates past the bound are reported
+    /// as [`Reason::NotTried`] (or as open, if they are).
+    pub fn max_attempts(mut self, attempts: usize) -> Self {
+        self.settings.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// When every candidate is open, call the one whose retry-after ends
+    /// soonest anyway, going around its breaker (default: off).
+    ///
+    /// The last resort calls the candidate's inner service directly: its
+    /// breaker neither admits nor records the call, so its open period and
+    /// its probes go on as if the call had not been made, and the result is
+    /// returned as it is, success or failure. A candidate held open by an
+    /// operator (no end to its open period) is never a last resort.
+    pub fn last_resort(mut self, enabled: bool) -> Self {
+        self.settings.last_resort = enabled;
+        self
+    }
+
+    /// The candidates' breakers, in the chain's order.
+    pub fn breakers(&self) -> impl Iterator<Item = &Breaker> + '_ {
+        self.shared.candidates.iter().map(|c| &c.breaker)
+    }
+}
+
+impl<S, BC, C, Req> Service<Req> for Failover<S, BC, C>
+where
+    S: Service<Req> + Clone,
+    S::Error: From<CircuitOpen> + Into<BoxError>,
+    BC: Classify<S::Response, S::Error> + Clone,
+    C: Classify<S::Response, S::Error> + Clone,
+    Req: Clone,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, BC, C, Req>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Always ready: the candidate a request reaches is chosen, and made
+        // ready, by its response future (see the type's docs).
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Req) -> Self::Future {
+        ResponseFuture::new(
+            Arc::clone(&self.shared),
+            self.classifier.clone(),
+            request,
+            self.settings,
+        )
+    }
+}
+
+impl<S, BC, C: Clone> Clone for Failover<S, BC, C> {
+    fn clone(&self) -> Self {
+        Failover {
+            // The chain is shared; the idle copies are not: a new clone (one
+            // per task, as tower clones services) makes and keeps its own.
+            shared: Arc::new(Shared::new(Arc::clone(&self.shared.candidates))),
+            classifier: self.classifier.clone(),
+            settings: self.settings,
+        }
+    }
+}
+
+impl<S, BC, C> fmt::Debug for Failover<S, BC, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.shared.candidates.iter().map(|c| &*c.name).collect();
+        f.debug_struct("Failover")
+            .field("candidates", &names)
+            .field("max_attempts", &self.settings.max_attempts)
+            .field("last_resort", &self.settings.last_resort)
+            .finish_non_exhaustive()
+    }
+}

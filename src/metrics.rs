@@ -1,0 +1,113 @@
+//! Metrics through the [`metrics`](https://docs.rs/metrics) facade (cargo
+//! feature `metrics`): install any recorder (Prometheus, StatsD...) and the
+//! breakers report to it.
+//!
+//! | metric | kind | labels | when |
+//! | --- | --- | --- | --- |
+//! | `circuit_breaker_state` | gauge, one-hot: 1 for the current state, 0 for every other | `breaker`, `state` | at creation and on every transition |
+//! | `circuit_breaker_transitions_total` | counter | `breaker`, `from`, `to` | on every transition |
+//! | `circuit_breaker_calls_total` | counter | `breaker`, `outcome` (`admitted`, `rejected`, `failure`, `ignored`, `stale`) | by [`export`] / [`export_registry`] |
+//! | `circuit_breaker_opened_total` | counter | `breaker` | by [`export`] / [`export_registry`] |
+//!
+//! State gauges and transition counters are pushed as transitions happen.
+//! Call counts are taken from the breakers' own counts when you export
+//! them, typically right before rendering a scrape: the request path writes
+//! nothing extra for metrics. The `breaker` label is the breaker's name (its
+//! key, in a registry).
+//!
+//! ```
+//! use tower_circuit_breaker::{metrics, Breaker, Config};
+//!
+//! let breaker = Breaker::new(Config::builder().name("openai").build()?);
+//! // ... serve requests; then, when scraped:
+//! metrics::export(&breaker);
+//! # Ok::<_, tower_circuit_breaker::ConfigError>(())
+//! ```
+
+use std::fmt;
+use std::hash::Hash;
+
+use ::metrics::{counter, gauge};
+
+use crate::events::Transition;
+use crate::registry::Registry;
+use crate::{Breaker, State};
+
+/// Every state, in the order the gauge's series are written.
+const STATES: [State; 6] = [
+    State::Closed,
+    State::Open,
+    State::HalfOpen,
+    State::ForcedOpen,
+    State::ForcedClosed,
+    State::Disabled,
+];
+
+/// The `state` label of a state.
+pub fn state_label(state: State) -> &'static str {
+    match state {
+        State::Closed => "closed",
+        State::Open => "open",
+        State::HalfOpen => "half_open",
+        State::ForcedOpen => "forced_open",
+        State::ForcedClosed => "forced_closed",
+        State::Disabled => "disabled",
+    }
+}
+
+/// Sets the state gauge one-hot: `current` to 1, every other state to 0.
+fn set_state(breaker: &str, current: State) {
+    for state in STATES {
+        gauge!(
+            "circuit_breaker_state",
+            "breaker" => breaker.to_string(),
+            "state" => state_label(state)
+        )
+        .set(if state == current { 1.0 } else { 0.0 });
+    }
+}
+
+pub(crate) fn created(breaker: &str) {
+    set_state(breaker, State::Closed);
+}
+
+pub(crate) fn transition(t: &Transition) {
+    set_state(&t.breaker, t.to);
+    counter!(
+        "circuit_breaker_transitions_total",
+        "breaker" => t.breaker.to_string(),
+        "from" => state_label(t.from),
+        "to" => state_label(t.to)
+    )
+    .increment(1);
+}
+
+/// Reports `breaker`'s counts (and refreshes its state gauge, so that an
+/// open breaker whose period has ended reads half-open).
+pub fn export(breaker: &Breaker) {
+    let snapshot = breaker.snapshot();
+    let name = breaker.name().to_string();
+    set_state(&name, snapshot.state);
+    let counts = snapshot.counts;
+    for (outcome, value) in [
+        ("admitted", counts.calls),
+        ("rejected", counts.rejected),
+        ("failure", counts.failures),
+        ("ignored", counts.ignored),
+        ("stale", counts.stale),
+    ] {
+        counter!("circuit_breaker_calls_total", "breaker" => name.clone(), "outcome" => outcome)
+            .absolute(value);
+    }
+    counter!("circuit_breaker_opened_total", "breaker" => name).absolute(counts.opened);
+}
+
+/// [`export`] for every breaker of a registry.
+pub fn export_registry<K>(registry: &Registry<K>)
+where
+    K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,
+{
+    for (_, breaker) in registry.breakers() {
+        export(&breaker);
+    }
+}
