@@ -25,6 +25,7 @@ const MAX_OPEN_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// | `probes` | 1 | probe calls in flight at once while half-open |
 /// | `successes_to_close` | 1 | probe successes that close the breaker |
 /// | `probe_timeout` | 60 s | a probe running longer counts as a failure |
+/// | `probe_interval` | 5 s | with [active probing](crate::Breaker::probe_actively): the time between probes |
 ///
 /// ```
 /// use std::time::Duration;
@@ -54,6 +55,7 @@ pub struct Config {
     pub(crate) probes: u32,
     pub(crate) successes_to_close: u32,
     pub(crate) probe_timeout: Option<Duration>,
+    pub(crate) probe_interval: Duration,
 }
 
 impl Config {
@@ -121,6 +123,34 @@ impl Config {
         self.probe_timeout
     }
 
+    /// With active probing, the time between probes.
+    pub fn probe_interval(&self) -> Duration {
+        self.probe_interval
+    }
+
+    /// A preset for a model router in front of LLM providers: three
+    /// failures in a row open the breaker, it stays open at least 10 s, an
+    /// [active probe](crate::Breaker::probe_actively) goes every 5 s, and two
+    /// probe successes in a row close it. Adjust it like any builder.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::Config;
+    ///
+    /// let config = Config::model_router().name("openai").build()?;
+    /// assert_eq!(config.min_open(), Duration::from_secs(10));
+    /// assert_eq!(config.successes_to_close(), 2);
+    /// # Ok::<_, tower_circuit_breaker::ConfigError>(())
+    /// ```
+    pub fn model_router() -> ConfigBuilder {
+        Config::builder()
+            .trip(crate::policy::ConsecutiveFailures::new(3))
+            .cooldown(Duration::from_secs(10))
+            .min_open(Duration::from_secs(10))
+            .probe_interval(Duration::from_secs(5))
+            .successes_to_close(2)
+    }
+
     /// The open period after `attempt` failed probe rounds (0 for the first
     /// trip), before jitter and hints: `cooldown * backoff^attempt`, capped by
     /// `max_open`, never below `min_open`.
@@ -149,6 +179,7 @@ impl Default for Config {
             probes: 1,
             successes_to_close: 1,
             probe_timeout: Some(Duration::from_secs(60)),
+            probe_interval: Duration::from_secs(5),
         }
     }
 }
@@ -226,6 +257,13 @@ impl ConfigBuilder {
         self
     }
 
+    /// Sets the time between probes when the breaker
+    /// [probes actively](crate::Breaker::probe_actively) (default 5 s).
+    pub fn probe_interval(mut self, interval: Duration) -> Self {
+        self.config.probe_interval = interval;
+        self
+    }
+
     /// Checks every value and returns the config.
     pub fn build(self) -> Result<Config, ConfigError> {
         let c = self.config;
@@ -269,6 +307,12 @@ impl ConfigBuilder {
             return Err(ConfigError::new(
                 "successes_to_close",
                 format!("must be between 1 and {MAX_COUNT}"),
+            ));
+        }
+        if c.probe_interval.is_zero() || c.probe_interval > MAX_OPEN_LIMIT {
+            return Err(ConfigError::new(
+                "probe_interval",
+                "must be longer than zero and at most 365 days",
             ));
         }
         if c.probe_timeout == Some(Duration::ZERO) {

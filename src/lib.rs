@@ -93,6 +93,7 @@ mod local;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod policy;
+pub mod probe;
 pub mod registry;
 mod service;
 

@@ -169,7 +169,7 @@ mod tests {
 
     fn owner() -> (Owner<Tracked>, Arc<()>) {
         let alive = Arc::new(());
-        let shared = Arc::new(Shared::new(Config::default()));
+        let shared = Shared::new_arc(Config::default());
         (Owner::new(shared, Tracked(Arc::clone(&alive))), alive)
     }
 

@@ -65,7 +65,7 @@ impl Breaker {
     /// Creates a breaker, closed.
     pub fn new(config: Config) -> Self {
         Breaker {
-            shared: Arc::new(Shared::new(config)),
+            shared: Shared::new_arc(config),
         }
     }
 
@@ -182,6 +182,39 @@ impl Breaker {
     /// [`events`](crate::events).
     pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
         self.shared.subscribe()
+    }
+
+    /// Probes actively: while the breaker is open, a background task sends
+    /// `make_request()` through `service` (the bare upstream, without this
+    /// breaker) after the open period and then every
+    /// [`probe_interval`](crate::Config::probe_interval), judging the
+    /// result with `classifier`, and user requests are refused until
+    /// `successes_to_close` probes in a row succeed. See [`crate::probe`].
+    /// Returns false if the breaker already has a prober.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower::{service_fn, BoxError};
+    /// use tower_circuit_breaker::{classify::ErrorsAsFailures, Breaker, Config};
+    ///
+    /// let breaker = Breaker::new(Config::model_router().name("openai").build()?);
+    /// let upstream = service_fn(|prompt: String| async move { Ok::<_, BoxError>(prompt.len()) });
+    /// // The smallest useful request: a one-token completion.
+    /// breaker.probe_actively(upstream, || "ping".to_string(), ErrorsAsFailures);
+    /// # Ok::<_, tower_circuit_breaker::ConfigError>(())
+    /// ```
+    pub fn probe_actively<S, Req, F, C>(&self, service: S, make_request: F, classifier: C) -> bool
+    where
+        S: tower_service::Service<Req> + Clone + Send + 'static,
+        S::Future: Send,
+        S::Response: Send,
+        S::Error: Send,
+        Req: Send + 'static,
+        F: Fn() -> Req + Send + Sync + 'static,
+        C: crate::classify::Classify<S::Response, S::Error> + Send + Sync + 'static,
+    {
+        self.shared
+            .set_prober(crate::probe::prober(service, make_request, classifier))
     }
 
     /// A layer whose services all share this breaker.

@@ -20,7 +20,7 @@ pub(crate) use probes::Ticket;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
@@ -33,6 +33,7 @@ use crate::classify::Outcome;
 use crate::config::Config;
 use crate::events::Transition;
 use crate::policy::{PolicyFigures, PolicyState, Sample, TripReason};
+use crate::probe::{Prober, Turn};
 use crate::{Counts, Snapshot, State};
 
 /// Transitions a subscriber may fall behind by before it skips ahead.
@@ -107,6 +108,11 @@ pub(crate) struct Shared {
     events: OnceLock<broadcast::Sender<Transition>>,
     /// A registry's channel, which every breaker it made also announces to.
     forward: OnceLock<broadcast::Sender<Transition>>,
+    /// This breaker, for the tasks it starts (which must not keep it alive).
+    me: Weak<Shared>,
+    /// Active probing: what makes the probe task, and whether one runs.
+    prober: OnceLock<Prober>,
+    prober_running: AtomicBool,
     epoch: Instant,
 }
 
@@ -121,7 +127,12 @@ fn ceil_ms(d: Duration) -> u64 {
 }
 
 impl Shared {
-    pub(crate) fn new(config: Config) -> Self {
+    /// A new breaker, closed.
+    pub(crate) fn new_arc(config: Config) -> Arc<Self> {
+        Arc::new_cyclic(|me| Shared::new(config, me.clone()))
+    }
+
+    fn new(config: Config, me: Weak<Shared>) -> Self {
         #[cfg(feature = "metrics")]
         crate::metrics::created(&config.name);
         let policy = PolicyState::new(&config.trip);
@@ -149,6 +160,9 @@ impl Shared {
             }),
             events: OnceLock::new(),
             forward: OnceLock::new(),
+            me,
+            prober: OnceLock::new(),
+            prober_running: AtomicBool::new(false),
             epoch: Instant::now(),
         }
         .tuned(&config)
@@ -290,6 +304,10 @@ impl Shared {
                         let until_ms = w.open_until_ms();
                         return self.refuse(w, State::Open, until_ms - now, Some(until_ms));
                     }
+                    if self.prober_running.load(Ordering::Acquire) {
+                        // Its probe task, not a user's request, probes.
+                        return self.refuse(w, State::HalfOpen, self.probe_interval_ms(), None);
+                    }
                     // Under the lock, like every transition, so that
                     // subscribers see transitions in order.
                     let mut book = self.lock();
@@ -302,6 +320,9 @@ impl Shared {
                         }
                         Err(actual) => w = actual,
                     }
+                }
+                Tag::HalfOpen if self.prober_running.load(Ordering::Acquire) => {
+                    return self.refuse(w, State::HalfOpen, self.probe_interval_ms(), None);
                 }
                 Tag::HalfOpen => {
                     // A probe past its deadline is dealt with first, whether
@@ -497,10 +518,20 @@ impl Shared {
     /// an announced retry-after, never over `max_open`.
     fn open_until(&self, book: &mut Book, from_ms: u64) -> u64 {
         let c = &book.config;
-        let mut period = c.open_period(book.attempt);
+        let active = book.attempt > 0 && self.prober.get().is_some();
+        let floor = if active { Duration::ZERO } else { c.min_open };
+        let mut period = if active {
+            // Probing actively: a failed probe is followed by the next one
+            // an interval later, not by a longer and longer wait. Users are
+            // refused from the trip until the breaker closes, and the first
+            // probe came after `min_open`: that floor is already kept.
+            c.probe_interval
+        } else {
+            c.open_period(book.attempt)
+        };
         if c.jitter > 0.0 {
             let share = c.jitter * next_unit(&mut book.rng);
-            period = period.mul_f64(1.0 - share).max(c.min_open);
+            period = period.mul_f64(1.0 - share).max(floor);
         }
         let mut until = from_ms.saturating_add(ceil_ms(period));
         // Read, not taken: the caller clears it once the transition is made.
@@ -531,6 +562,9 @@ impl Shared {
         #[cfg(feature = "metrics")]
         crate::metrics::transition(&transition);
         self.clones.wake_all();
+        if transition.to == State::Open {
+            self.start_prober();
+        }
     }
 
     /// Also announces every transition to `registry`.
@@ -542,6 +576,99 @@ impl Shared {
     /// breaker with nothing to forget is the cheapest to evict).
     pub(crate) fn holds_failures(&self) -> bool {
         self.hot.0.success_matters.load(Ordering::Relaxed)
+    }
+
+    /// Probes actively from now on (see [`crate::probe`]); starts at once if
+    /// the breaker is open. A breaker takes one prober, the first given.
+    pub(crate) fn set_prober(&self, prober: Prober) -> bool {
+        if self.prober.set(prober).is_err() {
+            return false;
+        }
+        if matches!(self.load().tag(), Tag::Open | Tag::HalfOpen) {
+            self.start_prober();
+        }
+        true
+    }
+
+    /// Starts the probe task unless one runs; without a tokio runtime here,
+    /// the breaker keeps probing passively.
+    fn start_prober(&self) {
+        let Some(prober) = self.prober.get() else {
+            return;
+        };
+        if self.prober_running.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(prober(self.me.clone()));
+            }
+            Err(_) => {
+                self.prober_running.store(false, Ordering::Release);
+                tracing::warn!(
+                    breaker = %self.name,
+                    "no tokio runtime to probe actively on: probing passively"
+                );
+            }
+        }
+    }
+
+    /// The probe task ended. If the breaker opened again meanwhile, another
+    /// starts, unless this one ended in a panic (then probing stays passive
+    /// until the next opening, rather than panicking in a loop).
+    pub(crate) fn prober_stopped(&self) {
+        self.prober_running.store(false, Ordering::Release);
+        self.clones.wake_all();
+        if !std::thread::panicking() && matches!(self.load().tag(), Tag::Open | Tag::HalfOpen) {
+            self.start_prober();
+        }
+    }
+
+    /// What the probe task does next: end, wait for the open period, or
+    /// probe with a permit (taken past any user, who is refused meanwhile).
+    pub(crate) fn prober_turn(self: &Arc<Self>) -> Turn {
+        loop {
+            let w = self.load();
+            let now = self.now_ms();
+            match w.tag() {
+                Tag::Closed | Tag::Manual => return Turn::Done,
+                Tag::Open if now < w.open_until_ms() => {
+                    return Turn::WaitUntil(self.instant_at(w.open_until_ms()))
+                }
+                Tag::Open => {
+                    let mut book = self.lock();
+                    let next = Word::half_open(w.next_generation(), 0, 0);
+                    if self.cas(w, next).is_ok() {
+                        self.forget_probes(&mut book);
+                        self.announce(book, self.transition(State::Open, next, None, None));
+                    }
+                }
+                Tag::HalfOpen if w.in_flight() < self.tuning.probes.load(Ordering::Relaxed) => {
+                    match self.take_permit(w, now) {
+                        Ok(permit) if permit.begin() => return Turn::Probe(permit),
+                        _ => {}
+                    }
+                }
+                // A user's probe from before the task started holds the
+                // permits: look again an interval later.
+                Tag::HalfOpen => {
+                    let at = now.saturating_add(self.probe_interval_ms());
+                    return Turn::WaitUntil(self.instant_at(at));
+                }
+            }
+        }
+    }
+
+    pub(crate) fn probe_interval(&self) -> Duration {
+        self.lock().config.probe_interval
+    }
+
+    fn probe_interval_ms(&self) -> u64 {
+        ceil_ms(self.probe_interval())
+    }
+
+    pub(crate) fn probe_timeout(&self) -> Option<Duration> {
+        self.lock().config.probe_timeout
     }
 
     /// A receiver of this breaker's transitions from now on.

@@ -1,0 +1,153 @@
+//! Active probes: while a breaker is open, it sends a small request of its
+//! own to the dependency instead of letting a user's request find out.
+//!
+//! Passive probing (the default) lets the first user requests after the open
+//! period through as probes: cheap, but those users pay if the dependency is
+//! still down. With [`Breaker::probe_actively`], the breaker keeps refusing
+//! user requests while it is open or half-open, and a background task sends
+//! the request you build (a one-token completion, a health check) once the
+//! open period (at least `min_open`) has passed and then every
+//! `probe_interval`, until `successes_to_close` probes in a row succeed and
+//! the breaker closes. A failed probe keeps it open for another
+//! `probe_interval` (longer if the upstream announced a retry-after).
+//!
+//! There is one task per breaker, started when the breaker opens (on the
+//! tokio runtime the opening happens on) and ended when it closes, when an
+//! operator takes over, or when the last handle to the breaker is dropped: it
+//! holds only a weak reference between probes. It never runs two probes at
+//! once. A probe runs under `probe_timeout`. Where no tokio runtime is
+//! running, no task can start, and the breaker falls back to passive probing
+//! rather than stay open.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tower_service::Service;
+
+use crate::breaker::admission::Permit;
+use crate::breaker::shared::Shared;
+use crate::classify::{Classify, Outcome, Verdict};
+
+/// The probe task of one breaker, ready to be started on a runtime.
+pub(crate) type ProbeTask = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Makes a breaker's probe task.
+pub(crate) type Prober = Arc<dyn Fn(Weak<Shared>) -> ProbeTask + Send + Sync>;
+
+/// Builds the prober for `service`, sending `make_request()` and judging the
+/// result with `classifier`.
+pub(crate) fn prober<S, Req, F, C>(service: S, make_request: F, classifier: C) -> Prober
+where
+    S: Service<Req> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Response: Send,
+    S::Error: Send,
+    Req: Send + 'static,
+    F: Fn() -> Req + Send + Sync + 'static,
+    C: Classify<S::Response, S::Error> + Send + Sync + 'static,
+{
+    let make_request = Arc::new(make_request);
+    let classifier = Arc::new(classifier);
+    // Behind a mutex, so that a service that is `Send` but not `Sync` can
+    // be kept here and cloned for each task.
+    let service = Mutex::new(service);
+    Arc::new(move |weak| {
+        let service = service.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        Box::pin(run(
+            weak,
+            service,
+            Arc::clone(&make_request),
+            Arc::clone(&classifier),
+        ))
+    })
+}
+
+/// Clears the breaker's "prober running" mark however the task ends, panics
+/// included, so that the next opening can start another.
+struct Running(Weak<Shared>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.upgrade() {
+            shared.prober_stopped();
+        }
+    }
+}
+
+async fn run<S, Req, F, C>(
+    weak: Weak<Shared>,
+    mut service: S,
+    make_request: Arc<F>,
+    classifier: Arc<C>,
+) where
+    S: Service<Req>,
+    F: Fn() -> Req,
+    C: Classify<S::Response, S::Error>,
+{
+    let _running = Running(weak.clone());
+    loop {
+        let Some(shared) = weak.upgrade() else {
+            return; // every handle to the breaker is gone
+        };
+        let permit = match shared.prober_turn() {
+            Turn::Done => return,
+            Turn::WaitUntil(at) => {
+                drop(shared);
+                tokio::time::sleep_until(at).await;
+                continue;
+            }
+            Turn::Probe(permit) => permit,
+        };
+        let interval = shared.probe_interval();
+        let timeout = shared.probe_timeout();
+        drop(shared);
+        let verdict = probe(&mut service, &*make_request, &*classifier, timeout).await;
+        match verdict.outcome() {
+            Outcome::Success => permit.succeed(),
+            Outcome::Failure => permit.fail(verdict.retry_after()),
+            Outcome::Ignore => drop(permit),
+        }
+        // The breaker may have closed; otherwise the next probe waits its turn.
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// Sends one probe and judges it; a timeout or a panic is a failure.
+async fn probe<S, Req, F, C>(
+    service: &mut S,
+    make_request: &F,
+    classifier: &C,
+    timeout: Option<Duration>,
+) -> Verdict
+where
+    S: Service<Req>,
+    F: Fn() -> Req,
+    C: Classify<S::Response, S::Error>,
+{
+    let call = async {
+        std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
+        service.call(make_request()).await
+    };
+    let result = match timeout {
+        Some(limit) => match tokio::time::timeout(limit, call).await {
+            Ok(result) => result,
+            Err(_) => return Verdict::new(Outcome::Failure),
+        },
+        None => call.await,
+    };
+    std::panic::catch_unwind(AssertUnwindSafe(|| classifier.classify(result.as_ref())))
+        .unwrap_or(Verdict::new(Outcome::Failure))
+}
+
+/// What the probe task should do next.
+pub(crate) enum Turn {
+    /// The breaker closed or an operator holds it: the task ends.
+    Done,
+    /// Open: sleep until then.
+    WaitUntil(tokio::time::Instant),
+    /// Send a probe with this permit.
+    Probe(Permit),
+}
