@@ -81,6 +81,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "http-body")]
+pub mod body;
 mod breaker;
 pub mod classify;
 mod config;

@@ -194,6 +194,23 @@ where
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.admit_ready(cx)
+    }
+
+    #[inline]
+    fn call(&mut self, req: Req) -> Self::Future {
+        self.admit_call(req)
+    }
+}
+
+impl<S, C> CircuitBreaker<S, C> {
+    /// `poll_ready`, whatever the classifier: admission does not depend on
+    /// how outcomes are judged.
+    #[inline]
+    pub(crate) fn admit_ready<Req>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>>
+    where
+        S: Service<Req>,
+    {
         if self.local.shared.load().tag() == Tag::Closed {
             // Closed needs no reservation; a permit left from an earlier
             // half-open generation is stale, and goes back.
@@ -205,8 +222,12 @@ where
         self.poll_ready_not_closed(cx)
     }
 
+    /// `call`, whatever the classifier.
     #[inline]
-    fn call(&mut self, req: Req) -> Self::Future {
+    pub(crate) fn admit_call<Req>(&mut self, req: Req) -> ResponseFuture<S::Future, C>
+    where
+        S: Service<Req>,
+    {
         let word = self.local.shared.load();
         if word.tag() == Tag::Closed {
             // Readiness counts once: the next call needs a new `poll_ready`.

@@ -24,12 +24,20 @@
 //! assert_eq!(verdict.outcome(), Outcome::Ignore);
 //! ```
 
+#[cfg(feature = "http-body")]
+mod grpc;
 mod http;
+#[cfg(feature = "http-body")]
+mod stream;
 
 use std::error::Error;
 use std::time::Duration;
 
 pub use self::http::{parse_retry_after, HttpClassifier};
+#[cfg(feature = "http-body")]
+pub use grpc::{grpc_status, parse_pushback, GrpcClassifier, GrpcEos};
+#[cfg(feature = "http-body")]
+pub use stream::{BodyEnds, Classified, ClassifyEos, ClassifyResponse, StreamingHttp};
 
 /// How one call counts toward the breaker's health.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,0 +1,265 @@
+//! Streamed response bodies (feature `http-body`): the outcome of a call is
+//! recorded when its body ends, fails, or is dropped.
+//!
+//! A breaker made by [`CircuitBreakerLayer::streaming`] answers with
+//! `http::Response<BreakerBody<B, _>>`. When its classifier can only judge
+//! at the end of the stream (a server-sent event stream, a gRPC call whose status comes in
+//! the trailers), the body carries the call's pending verdict and records:
+//!
+//! * when the body ends (all data read, trailers included): the end-of-stream
+//!   classifier decides, from the trailers;
+//! * when the body fails midway: a failure;
+//! * when the body is dropped before its end (the caller walked away):
+//!   ignored, counting neither way.
+//!
+//! A half-open probe keeps its permit until then, so a stream that dies
+//! halfway can never count as a successful probe.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use http::Response;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use tower_layer::Layer;
+
+use crate::breaker::Breaker;
+use crate::classify::{Classified, ClassifyEos, ClassifyResponse};
+use crate::error::CircuitOpen;
+use crate::future::{Judgement, Obligation, ResponseFuture};
+use crate::layer::CircuitBreakerLayer;
+use crate::service::{CircuitBreaker, Readiness};
+
+pin_project! {
+    /// A response body that records its call's outcome when it ends.
+    pub struct BreakerBody<B, Eos> {
+        #[pin]
+        inner: B,
+        pending: Option<(Eos, Obligation)>,
+    }
+}
+
+impl<B, Eos> BreakerBody<B, Eos> {
+    /// The wrapped body.
+    pub fn get_ref(&self) -> &B {
+        &self.inner
+    }
+
+    /// Whether the call's outcome is still to be recorded.
+    pub fn is_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+}
+
+impl<B: Body, Eos: ClassifyEos> BreakerBody<B, Eos> {
+    fn new(inner: B, pending: Option<(Eos, Obligation)>) -> Self {
+        let mut body = BreakerBody { inner, pending };
+        // An empty body may never be polled: it has ended already.
+        if body.inner.is_end_stream() {
+            if let Some((eos, obligation)) = body.pending.take() {
+                obligation.settle(eos.classify_eos(None));
+            }
+        }
+        body
+    }
+}
+
+impl<B: Body, Eos: ClassifyEos> Body for BreakerBody<B, Eos> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        let frame = match this.inner.poll_frame(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(frame) => frame,
+        };
+        match &frame {
+            Some(Ok(frame)) => {
+                if let Some(trailers) = frame.trailers_ref() {
+                    if let Some((eos, obligation)) = this.pending.take() {
+                        obligation.settle(eos.classify_eos(Some(trailers)));
+                    }
+                }
+            }
+            Some(Err(_)) => {
+                if let Some((eos, obligation)) = this.pending.take() {
+                    obligation.settle(eos.classify_body_error());
+                }
+            }
+            None => {
+                if let Some((eos, obligation)) = this.pending.take() {
+                    obligation.settle(eos.classify_eos(None));
+                }
+            }
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B: std::fmt::Debug, Eos> std::fmt::Debug for BreakerBody<B, Eos> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BreakerBody")
+            .field("inner", &self.inner)
+            .field("pending", &self.pending.is_some())
+            .finish()
+    }
+}
+
+/// Wraps services in a [`StreamingBreaker`]: made by
+/// [`CircuitBreakerLayer::streaming`]. Every service it wraps shares one
+/// breaker.
+///
+/// ```
+/// use tower_circuit_breaker::{classify::StreamingHttp, CircuitBreakerLayer, Config};
+///
+/// let layer = CircuitBreakerLayer::new(Config::default()).streaming(StreamingHttp);
+/// let breaker = layer.breaker();
+/// # let _ = breaker;
+/// ```
+#[derive(Clone, Debug)]
+pub struct StreamingLayer<C> {
+    breaker: Breaker,
+    classifier: C,
+    mode: Readiness,
+}
+
+impl CircuitBreakerLayer {
+    /// A layer for services answering `http::Response`s whose outcome may
+    /// be known only at the end of the body: `classifier` (a
+    /// [`ClassifyResponse`], such as [`StreamingHttp`](crate::classify::StreamingHttp)
+    /// or [`GrpcClassifier`](crate::classify::GrpcClassifier)) judges the
+    /// head, and a [`BreakerBody`] records at the end of the stream.
+    pub fn streaming<C>(self, classifier: C) -> StreamingLayer<C> {
+        StreamingLayer {
+            breaker: self.breaker(),
+            classifier,
+            mode: self.mode(),
+        }
+    }
+}
+
+impl<C> StreamingLayer<C> {
+    /// Sets how wrapped services answer `poll_ready` while the breaker will
+    /// not admit a call (see [`Readiness`]).
+    pub fn readiness(mut self, mode: Readiness) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// A handle to the breaker every wrapped service shares.
+    pub fn breaker(&self) -> Breaker {
+        self.breaker.clone()
+    }
+}
+
+impl<S, C: Clone> Layer<S> for StreamingLayer<C> {
+    type Service = StreamingBreaker<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        StreamingBreaker {
+            inner: CircuitBreaker::with_classifier(inner, &self.breaker, self.classifier.clone())
+                .readiness(self.mode),
+        }
+    }
+}
+
+/// A circuit breaker for services answering `http::Response<B>`, recording
+/// each call's outcome when its body ends (see the [module docs](self)).
+/// Admission, readiness and refusals are [`CircuitBreaker`]'s.
+pub struct StreamingBreaker<S, C> {
+    inner: CircuitBreaker<S, C>,
+}
+
+impl<S, C> StreamingBreaker<S, C> {
+    /// A handle to the breaker.
+    pub fn breaker(&self) -> Breaker {
+        self.inner.breaker()
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        self.inner.get_ref()
+    }
+}
+
+impl<S: Clone, C: Clone> Clone for StreamingBreaker<S, C> {
+    fn clone(&self) -> Self {
+        StreamingBreaker {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug, C> std::fmt::Debug for StreamingBreaker<S, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamingBreaker")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl<S, C, Req, B> Service<Req> for StreamingBreaker<S, C>
+where
+    S: Service<Req, Response = Response<B>>,
+    S::Error: From<CircuitOpen>,
+    C: ClassifyResponse<B, S::Error>,
+    B: Body,
+{
+    type Response = Response<BreakerBody<B, C::Eos>>;
+    type Error = S::Error;
+    type Future = StreamingFuture<S::Future, C>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.admit_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        StreamingFuture {
+            inner: self.inner.admit_call(req),
+        }
+    }
+}
+
+pin_project! {
+    /// Response future of [`StreamingBreaker`].
+    pub struct StreamingFuture<F, C> {
+        #[pin]
+        inner: ResponseFuture<F, C>,
+    }
+}
+
+impl<F, C, B, E> Future for StreamingFuture<F, C>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    E: From<CircuitOpen>,
+    C: ClassifyResponse<B, E>,
+    B: Body,
+{
+    type Output = Result<Response<BreakerBody<B, C::Eos>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.project().inner.poll_with(
+            cx,
+            |classifier, result| match classifier.classify_response(result) {
+                Classified::Ready(verdict) => Judgement::Now(verdict),
+                Classified::AtEndOfStream(eos) => Judgement::Later(eos),
+            },
+            |output, pending| output.map(|response| response.map(|b| BreakerBody::new(b, pending))),
+        )
+    }
+}

@@ -1,0 +1,158 @@
+//! gRPC classification (feature `http-body`): the status comes in the
+//! response headers (trailers-only responses) or in the trailers.
+
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderValue, Response};
+
+use super::stream::{Classified, ClassifyEos, ClassifyResponse};
+use super::{HttpClassifier, Outcome, Verdict};
+
+/// Classifies gRPC responses by their `grpc-status`:
+///
+/// | status | outcome |
+/// | --- | --- |
+/// | OK | success |
+/// | UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED | failure |
+/// | INTERNAL, UNKNOWN (and a stream that ends without a status) | ignored, or failures with [`internal_is_failure`](GrpcClassifier::internal_is_failure) |
+/// | INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, UNAUTHENTICATED and every other code | ignored: the request, not the server, is at fault |
+///
+/// A non-200 HTTP status (a proxy's 503) is judged as [`HttpClassifier`]
+/// does, and so is a transport error (a failure). `grpc-retry-pushback-ms`
+/// becomes the retry-after hint.
+///
+/// ```
+/// use tower_circuit_breaker::{classify::GrpcClassifier, CircuitBreakerLayer, Config};
+///
+/// let layer = CircuitBreakerLayer::new(Config::default())
+///     .streaming(GrpcClassifier::new().internal_is_failure(true));
+/// # let _ = layer;
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GrpcClassifier {
+    internal_is_failure: bool,
+}
+
+impl GrpcClassifier {
+    /// The default: INTERNAL and UNKNOWN are ignored.
+    pub fn new() -> Self {
+        GrpcClassifier::default()
+    }
+
+    /// Whether INTERNAL and UNKNOWN count as failures.
+    pub fn internal_is_failure(mut self, on: bool) -> Self {
+        self.internal_is_failure = on;
+        self
+    }
+
+    /// The verdict for a status code (and a pushback header's value).
+    pub fn verdict(&self, code: Option<u32>, pushback: Option<&HeaderValue>) -> Verdict {
+        let outcome = match code {
+            Some(0) => Outcome::Success,
+            // UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED
+            Some(14 | 4 | 8) => Outcome::Failure,
+            // UNKNOWN, INTERNAL, or no status at all
+            Some(2 | 13) | None if self.internal_is_failure => Outcome::Failure,
+            _ => Outcome::Ignore,
+        };
+        let verdict = Verdict::new(outcome);
+        match pushback.and_then(parse_pushback) {
+            Some(hint) if outcome == Outcome::Failure => verdict.with_retry_after(hint),
+            _ => verdict,
+        }
+    }
+}
+
+/// Reads `grpc-status` from headers or trailers; `None` when absent or not
+/// a number.
+pub fn grpc_status(headers: &HeaderMap) -> Option<u32> {
+    headers
+        .get("grpc-status")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Parses `grpc-retry-pushback-ms`: a non-negative number of milliseconds.
+/// A negative value means "do not retry" and, like garbage, gives `None`.
+pub fn parse_pushback(value: &HeaderValue) -> Option<Duration> {
+    let text = value.to_str().ok()?.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(Duration::from_millis(text.parse().unwrap_or(u64::MAX)))
+}
+
+/// End of a gRPC stream: the status in the trailers decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GrpcEos {
+    classifier: GrpcClassifier,
+}
+
+impl ClassifyEos for GrpcEos {
+    fn classify_eos(self, trailers: Option<&HeaderMap>) -> Verdict {
+        let code = trailers.and_then(grpc_status);
+        let pushback = trailers.and_then(|t| t.get("grpc-retry-pushback-ms"));
+        self.classifier.verdict(code, pushback)
+    }
+}
+
+impl<B, E> ClassifyResponse<B, E> for GrpcClassifier {
+    type Eos = GrpcEos;
+
+    fn classify_response(&self, result: Result<&Response<B>, &E>) -> Classified<GrpcEos> {
+        let response = match result {
+            Ok(response) if response.status() == http::StatusCode::OK => response,
+            other => return Classified::Ready(super::Classify::classify(&HttpClassifier, other)),
+        };
+        match grpc_status(response.headers()) {
+            // Trailers-only: the status is in the head.
+            Some(code) => Classified::Ready(
+                self.verdict(Some(code), response.headers().get("grpc-retry-pushback-ms")),
+            ),
+            None => Classified::AtEndOfStream(GrpcEos { classifier: *self }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_map_to_outcomes() {
+        let c = GrpcClassifier::new();
+        assert_eq!(c.verdict(Some(0), None).outcome(), Outcome::Success);
+        for failing in [14, 4, 8] {
+            assert_eq!(c.verdict(Some(failing), None).outcome(), Outcome::Failure);
+        }
+        for ignored in [3, 5, 7, 16, 2, 13, 99] {
+            assert_eq!(c.verdict(Some(ignored), None).outcome(), Outcome::Ignore);
+        }
+        let strict = c.internal_is_failure(true);
+        assert_eq!(strict.verdict(Some(13), None).outcome(), Outcome::Failure);
+        assert_eq!(strict.verdict(None, None).outcome(), Outcome::Failure);
+    }
+
+    #[test]
+    fn pushback_is_a_hint_on_failures_and_garbage_is_ignored() {
+        let c = GrpcClassifier::new();
+        let v = HeaderValue::from_static("1500");
+        assert_eq!(
+            c.verdict(Some(14), Some(&v)).retry_after(),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(c.verdict(Some(0), Some(&v)).retry_after(), None);
+        for bad in ["-1", "1.5", "", "soon", " "] {
+            assert_eq!(
+                parse_pushback(&HeaderValue::from_static(bad)),
+                None,
+                "{bad:?}"
+            );
+        }
+        let huge = HeaderValue::from_static("99999999999999999999999");
+        assert_eq!(parse_pushback(&huge), Some(Duration::from_millis(u64::MAX)));
+    }
+}
