@@ -25,6 +25,7 @@ const MAX_OPEN_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// | `probes` | 1 | probe calls in flight at once while half-open |
 /// | `successes_to_close` | 1 | probe successes that close the breaker |
 /// | `probe_timeout` | 60 s | a probe running longer counts as a failure |
+/// | `trip_on_pushback` | off | a failure that announces a retry-after opens the breaker at once |
 /// | `probe_interval` | 5 s | with [active probing](crate::Breaker::probe_actively): the time between probes |
 ///
 /// ```
@@ -56,6 +57,7 @@ pub struct Config {
     pub(crate) successes_to_close: u32,
     pub(crate) probe_timeout: Option<Duration>,
     pub(crate) probe_interval: Duration,
+    pub(crate) trip_on_pushback: bool,
 }
 
 impl Config {
@@ -128,6 +130,12 @@ impl Config {
         self.probe_interval
     }
 
+    /// Whether a failure that announces a retry-after opens the breaker at
+    /// once.
+    pub fn trip_on_pushback(&self) -> bool {
+        self.trip_on_pushback
+    }
+
     /// A preset for a model router in front of LLM providers: three
     /// failures in a row open the breaker, it stays open at least 10 s, an
     /// [active probe](crate::Breaker::probe_actively) goes every 5 s, and two
@@ -180,6 +188,7 @@ impl Default for Config {
             successes_to_close: 1,
             probe_timeout: Some(Duration::from_secs(60)),
             probe_interval: Duration::from_secs(5),
+            trip_on_pushback: false,
         }
     }
 }
@@ -261,6 +270,15 @@ impl ConfigBuilder {
     /// [probes actively](crate::Breaker::probe_actively) (default 5 s).
     pub fn probe_interval(mut self, interval: Duration) -> Self {
         self.config.probe_interval = interval;
+        self
+    }
+
+    /// Opens the breaker at once on a failure that announces a retry-after
+    /// (a 429 or 503 with `Retry-After`, gRPC `grpc-retry-pushback-ms`),
+    /// whatever the trip policy says: a provider that asks to come back in
+    /// a minute is not worth the rest of the threshold. Off by default.
+    pub fn trip_on_pushback(mut self, on: bool) -> Self {
+        self.config.trip_on_pushback = on;
         self
     }
 

@@ -18,10 +18,10 @@ use tokio::time::{advance, Instant};
 use tower::buffer::Buffer;
 use tower::load_shed::error::Overloaded;
 use tower::retry::Policy;
-use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
+use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::classify::{is_timeout, HttpClassifier};
 use tower_circuit_breaker::policy::{ConsecutiveFailures, SlowCalls, TripReason};
-use tower_circuit_breaker::{CircuitBreakerLayer, CircuitOpen, Config, State};
+use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, CircuitOpen, Config, State};
 
 use common::{is_inner_failure, is_open, Call, Scripted};
 
@@ -974,4 +974,62 @@ async fn http_failed_probe_with_retry_after_keeps_the_reopened_breaker_open_that
     assert_eq!(breaker.state(), State::Open);
     advance(Duration::from_secs(1)).await;
     assert_eq!(breaker.state(), State::HalfOpen);
+}
+
+#[tokio::test(start_paused = true)]
+async fn trip_on_pushback_opens_on_the_first_announced_retry_after() {
+    let breaker = Breaker::new(
+        Config::builder()
+            .trip(ConsecutiveFailures::new(5))
+            .trip_on_pushback(true)
+            .build()
+            .unwrap(),
+    );
+    let svc = CircuitBreakerLayer::from_breaker(breaker.clone())
+        .classify(HttpClassifier)
+        .layer(tower::service_fn(|status: u16| async move {
+            let mut response = http::Response::new(());
+            *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
+            if status == 429 {
+                response
+                    .headers_mut()
+                    .insert("retry-after", http::HeaderValue::from_static("60"));
+            }
+            Ok::<_, BoxError>(response)
+        }));
+    // A plain 500 counts toward the threshold only.
+    svc.clone().oneshot(500).await.unwrap();
+    assert_eq!(breaker.state(), State::Closed);
+    // A 429 that says when to come back opens it at once, for that long.
+    svc.clone().oneshot(429).await.unwrap();
+    assert_eq!(breaker.state(), State::Open);
+    assert_eq!(breaker.retry_after(), Some(Duration::from_secs(60)));
+    assert_eq!(
+        breaker.snapshot().last_trip,
+        Some(TripReason::Pushback {
+            retry_after: Duration::from_secs(60)
+        })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_trip_on_pushback_a_retry_after_only_lengthens_the_next_open_period() {
+    let breaker = Breaker::new(
+        Config::builder()
+            .trip(ConsecutiveFailures::new(5))
+            .build()
+            .unwrap(),
+    );
+    let svc = CircuitBreakerLayer::from_breaker(breaker.clone())
+        .classify(HttpClassifier)
+        .layer(tower::service_fn(|_: u16| async move {
+            let mut response = http::Response::new(());
+            *response.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+            response
+                .headers_mut()
+                .insert("retry-after", http::HeaderValue::from_static("60"));
+            Ok::<_, BoxError>(response)
+        }));
+    svc.clone().oneshot(429).await.unwrap();
+    assert_eq!(breaker.state(), State::Closed);
 }

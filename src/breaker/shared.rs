@@ -467,7 +467,16 @@ impl Shared {
             self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
             self.note_hint(&mut book, hint, now);
         }
-        let Some(reason) = book.policy.record(Sample { failure, elapsed }, now) else {
+        let verdict = book.policy.record(Sample { failure, elapsed }, now);
+        // An upstream that announced when to come back is not worth the
+        // rest of the threshold, when so configured.
+        let pushback = match hint {
+            Some(hint) if failure && book.config.trip_on_pushback => Some(TripReason::Pushback {
+                retry_after: hint.min(book.config.max_open),
+            }),
+            _ => None,
+        };
+        let Some(reason) = verdict.or(pushback) else {
             self.refresh_success_flag(&book);
             return;
         };

@@ -162,6 +162,13 @@ pub enum TripReason {
     /// An operator changed the state (force open or closed, disable,
     /// restore, reset).
     Manual,
+    /// The upstream announced a retry-after (429/503 `Retry-After`, gRPC
+    /// pushback) and the config trips at once on one
+    /// ([`ConfigBuilder::trip_on_pushback`](crate::ConfigBuilder::trip_on_pushback)).
+    Pushback {
+        /// The announced delay, capped by `max_open`.
+        retry_after: std::time::Duration,
+    },
 }
 
 impl TripReason {
@@ -176,6 +183,7 @@ impl TripReason {
             TripReason::ProbeFailed => "probe_failed",
             TripReason::ProbeTimedOut => "probe_timed_out",
             TripReason::Manual => "manual",
+            TripReason::Pushback { .. } => "pushback",
         }
     }
 }
@@ -201,6 +209,11 @@ impl fmt::Display for TripReason {
             TripReason::ProbeFailed => f.write_str("half-open probe failed"),
             TripReason::ProbeTimedOut => f.write_str("half-open probe timed out"),
             TripReason::Manual => f.write_str("set by an operator"),
+            TripReason::Pushback { retry_after } => write!(
+                f,
+                "the upstream asked to come back in {} ms",
+                retry_after.as_millis()
+            ),
         }
     }
 }
