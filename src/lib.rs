@@ -77,9 +77,124 @@
 //! See [`policy`]: consecutive failures (default), count window, time
 //! window, slow calls, and any-of combinations.
 //!
+//! ```
+//! use std::time::Duration;
+//! use tower_circuit_breaker::{policy::{ConsecutiveFailures, TimeWindow, TripPolicy}, Config};
+//!
+//! // Open on a hard outage at once, and on a partial one by its rate.
+//! let config = Config::builder()
+//!     .trip(TripPolicy::any_of([
+//!         ConsecutiveFailures::new(5).into(),
+//!         TimeWindow::new(Duration::from_secs(60)).min_calls(20).failure_rate(0.5).into(),
+//!     ]))
+//!     .build()?;
+//! # let _ = config;
+//! # Ok::<_, tower_circuit_breaker::ConfigError>(())
+//! ```
+//!
+//! # Classification
+//!
+//! A [`Classify`](classify::Classify) says which results are failures,
+//! which are successes, and which say nothing of the dependency's health
+//! (ignored). Closures work:
+//!
+//! ```
+//! use tower::BoxError;
+//! use tower_circuit_breaker::{classify::Outcome, CircuitBreakerLayer, Config};
+//!
+//! let layer = CircuitBreakerLayer::new(Config::default()).classify(
+//!     |result: Result<&u16, &BoxError>| match result {
+//!         Ok(400..=499) => Outcome::Ignore, // the request's fault
+//!         Ok(500..) | Err(_) => Outcome::Failure,
+//!         Ok(_) => Outcome::Success,
+//!     },
+//! );
+//! # let _ = layer;
+//! ```
+//!
+//! With the `http-body` feature, `CircuitBreakerLayer::streaming` classifies
+//! server-sent event streams and gRPC calls at the end of their bodies.
+//!
+//! # Keyed breakers
+//!
+//! One breaker per provider, credential or model, bounded in number, with
+//! parents ([`registry`]):
+//!
+//! ```
+//! use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
+//! use tower_circuit_breaker::{registry::{KeyedLayer, Registry}, Config};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), BoxError> {
+//! let registry = Registry::<String>::new(Config::default());
+//! let svc = ServiceBuilder::new()
+//!     .layer(KeyedLayer::new(registry.clone(), |req: &(String, String)| req.0.clone()))
+//!     .service(service_fn(|(_, prompt): (String, String)| async move {
+//!         Ok::<_, BoxError>(prompt.len())
+//!     }));
+//! svc.oneshot(("openai".to_string(), "hi".to_string())).await?;
+//! assert_eq!(registry.snapshot().len(), 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Failover
+//!
+//! [`Failover`] tries candidates in order, each behind its own breaker: an
+//! open one is skipped without a call, a failure moves on, and an ignored
+//! outcome (a bad request) comes back to the caller.
+//!
+//! ```
+//! use tower::{service_fn, BoxError, ServiceExt};
+//! use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, Failover};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), BoxError> {
+//! let provider = |name: &'static str| {
+//!     service_fn(move |prompt: String| async move { Ok::<_, BoxError>(format!("{name}: {prompt}")) })
+//! };
+//! let primary = Breaker::new(Config::builder().name("primary").build()?);
+//! let secondary = Breaker::new(Config::builder().name("secondary").build()?);
+//! primary.force_open(None); // the primary is out
+//! let chain = Failover::new([
+//!     CircuitBreaker::new(provider("primary"), &primary),
+//!     CircuitBreaker::new(provider("secondary"), &secondary),
+//! ]);
+//! assert_eq!(chain.oneshot("hi".to_string()).await?, "secondary: hi");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Observability
+//!
+//! Transitions are `tracing` events and can be subscribed to; snapshots
+//! read the very breakers the request path uses; the `metrics` feature
+//! reports gauges and counts:
+//!
+//! ```
+//! use tower_circuit_breaker::{Breaker, Config, State};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let breaker = Breaker::new(Config::builder().name("search").build().unwrap());
+//! let mut transitions = breaker.subscribe();
+//! breaker.force_open(None);
+//! assert_eq!(transitions.recv().await.unwrap().to, State::ForcedOpen);
+//! assert_eq!(breaker.snapshot().state, State::ForcedOpen);
+//! # }
+//! ```
+//!
+//! # Cargo features
+//!
+//! | feature | adds |
+//! | --- | --- |
+//! | `http-body` | [end-of-stream classification](body) of `http::Response` bodies; gRPC statuses |
+//! | `metrics` | state gauges, transitions and counts through the `metrics` facade |
+//!
 //! [tower]: https://docs.rs/tower
 
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "http-body")]
 pub mod body;
