@@ -213,6 +213,7 @@ pub mod policy;
 pub mod probe;
 pub mod registry;
 mod service;
+mod sync;
 
 pub use breaker::{Breaker, BreakerGroup, Counts, Snapshot, State};
 pub use config::{Config, ConfigBuilder};

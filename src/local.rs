@@ -17,8 +17,9 @@
 use std::marker::PhantomData;
 use std::ops::Deref;
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
+
+use crate::sync::{fence, AtomicU64, Ordering};
 
 use crate::breaker::clones::CloneCounts;
 use crate::breaker::shared::Shared;

@@ -1,8 +1,9 @@
 //! Every service clone of one breaker: the counts it keeps for itself, and,
 //! in gate mode, the waker of a clone waiting for the breaker to let it in.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
 use std::task::Waker;
 
 /// Counts one service clone keeps for itself. Only that clone writes them,

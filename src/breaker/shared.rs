@@ -19,8 +19,7 @@ use probes::ProbeBook;
 pub(crate) use probes::Ticket;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
@@ -34,6 +33,7 @@ use crate::config::Config;
 use crate::events::Transition;
 use crate::policy::{PolicyFigures, PolicyState, Sample, TripReason};
 use crate::probe::{Prober, Turn};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::{Counts, Snapshot, State};
 
 /// Transitions a subscriber may fall behind by before it skips ahead.

@@ -6,7 +6,7 @@
 //! calls admitted before it are dropped), announced once, waking gate-mode
 //! waiters.
 
-use std::sync::atomic::Ordering;
+use crate::sync::Ordering;
 use std::time::Duration;
 
 use super::{ceil_ms, state_of, Shared};

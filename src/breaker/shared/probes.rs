@@ -10,8 +10,9 @@
 //! without counting against the upstream. Without a probe timeout, permits
 //! are taken and given back with a compare-and-swap alone.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
+
+use crate::sync::{MutexGuard, Ordering};
 use std::time::Duration;
 
 use super::{ceil_ms, Book, Shared};
