@@ -195,9 +195,9 @@ where
 
 /// What a classifier says about a completed call: the verdict, or that it
 /// comes later (at the end of a streamed body) from `P`.
+#[cfg_attr(not(feature = "http-body"), allow(dead_code))]
 pub(crate) enum Judgement<P> {
     Now(Verdict),
-    #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
     Later(P),
 }
 

@@ -190,6 +190,7 @@
 //! | --- | --- |
 //! | `http-body` | [end-of-stream classification](body) of `http::Response` bodies; gRPC statuses |
 //! | `metrics` | state gauges, transitions and counts through the `metrics` facade |
+//! | `serde` | configs deserialize (durations as `"30s"`), snapshots serialize |
 //!
 //! [tower]: https://docs.rs/tower
 
@@ -212,6 +213,8 @@ pub mod metrics;
 pub mod policy;
 pub mod probe;
 pub mod registry;
+#[cfg(feature = "serde")]
+pub mod serde;
 mod service;
 mod sync;
 

@@ -3,7 +3,7 @@
 //!
 //! Passive probing (the default) lets the first user requests after the open
 //! period through as probes: cheap, but those users pay if the dependency is
-//! still down. With [`Breaker::probe_actively`], the breaker keeps refusing
+//! still down. With [`Breaker::probe_actively`](crate::Breaker::probe_actively), the breaker keeps refusing
 //! user requests while it is open or half-open, and a background task sends
 //! the request you build (a one-token completion, a health check) once the
 //! open period (at least `min_open`) has passed and then every

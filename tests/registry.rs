@@ -301,3 +301,26 @@ async fn registry_subscribers_see_every_keys_transitions() {
     opened.sort();
     assert_eq!(opened, ["a", "b"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_the_child_refuses_is_not_admitted_by_its_parent_either() {
+    let registry = Registry::<String>::builder()
+        .default_config(config(1))
+        .config("p".into(), config(100))
+        .parent(|key: &String| key.split_once('/').map(|(p, _)| p.to_string()))
+        .build();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = keyed(&registry, Arc::clone(&calls));
+    let _ = svc.clone().oneshot(("p/sick".into(), true)).await; // trips the child
+    for _ in 0..3 {
+        let _ = svc.clone().oneshot(("p/sick".into(), false)).await; // refused by it
+    }
+    let parent = registry.get(&"p".into()).unwrap().snapshot();
+    assert_eq!(
+        parent.counts.calls, 1,
+        "only the call that reached the upstream"
+    );
+    assert_eq!(parent.counts.calls as usize, calls.load(Ordering::SeqCst));
+    let child = registry.get(&"p/sick".into()).unwrap().snapshot();
+    assert_eq!((child.counts.calls, child.counts.rejected), (1, 3));
+}

@@ -136,16 +136,11 @@ struct Leg {
 }
 
 impl Leg {
-    /// Admits the call at `breaker`, or says why not; counts either.
+    /// Admits the call at `breaker`, or says why not (counting the
+    /// refusal). The admission is counted by the caller once every breaker
+    /// the call goes through has admitted it: a call a child refuses was
+    /// not admitted by its parent either.
     fn admit(breaker: Breaker) -> Result<Leg, CircuitOpen> {
-        let leg = Self::decide(breaker);
-        if let Ok(leg) = &leg {
-            leg.breaker.shared.count_call(true);
-        }
-        leg
-    }
-
-    fn decide(breaker: Breaker) -> Result<Leg, CircuitOpen> {
         let (generation, permit, record) = match breaker.shared.admit() {
             Decision::Closed(generation) => (generation, None, Record::Policy),
             Decision::Probe(permit) if permit.begin() => {
@@ -237,8 +232,12 @@ where
         };
         let child = match Leg::admit(child) {
             Ok(leg) => leg,
+            // Dropping the parent's leg gives back any permit it took.
             Err(open) => return KeyedFuture::failed(open.into()),
         };
+        for leg in std::iter::once(&child).chain(parent.as_ref()) {
+            leg.breaker.shared.count_call(true);
+        }
         let needs_latency = child.breaker.shared.needs_latency()
             || parent
                 .as_ref()

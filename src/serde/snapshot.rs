@@ -1,0 +1,195 @@
+//! What a status page serves: snapshots, counts, states, policy figures,
+//! trip reasons and transitions, with durations as whole milliseconds.
+
+use std::time::Duration;
+
+use ::serde::ser::{Serialize, SerializeStruct, Serializer};
+
+use crate::breaker::{Counts, Snapshot, State};
+use crate::events::Transition;
+use crate::policy::{PolicyFigures, TripReason};
+
+/// Whole milliseconds, rounded down (a time already spent).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Whole milliseconds, rounded up: a caller who waits this long does not
+/// come back a fraction of a millisecond too early.
+fn millis_up(d: Duration) -> u64 {
+    let ms = millis(d);
+    if Duration::from_millis(ms) < d {
+        ms.saturating_add(1)
+    } else {
+        ms
+    }
+}
+
+/// The snake-case name of a state, as the `metrics` feature labels it.
+fn state_name(state: State) -> &'static str {
+    match state {
+        State::Closed => "closed",
+        State::Open => "open",
+        State::HalfOpen => "half_open",
+        State::ForcedOpen => "forced_open",
+        State::ForcedClosed => "forced_closed",
+        State::Disabled => "disabled",
+    }
+}
+
+/// As its snake-case name: `"closed"`, `"open"`, `"half_open"`,
+/// `"forced_open"`, `"forced_closed"` or `"disabled"`.
+impl Serialize for State {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(state_name(*self))
+    }
+}
+
+/// As a struct of its counters: `calls`, `rejected`, `failures`, `ignored`,
+/// `stale`, `opened`, `probes`.
+impl Serialize for Counts {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("Counts", 7)?;
+        s.serialize_field("calls", &self.calls)?;
+        s.serialize_field("rejected", &self.rejected)?;
+        s.serialize_field("failures", &self.failures)?;
+        s.serialize_field("ignored", &self.ignored)?;
+        s.serialize_field("stale", &self.stale)?;
+        s.serialize_field("opened", &self.opened)?;
+        s.serialize_field("probes", &self.probes)?;
+        s.end()
+    }
+}
+
+/// As a struct: `policy` (the name [`TripReason::policy`] gives), the
+/// figures of the trip if any (`failures`, `window`, `calls`, `slow`, or
+/// `retry_after_ms` for a pushback), and `message`, the reason in words.
+impl Serialize for TripReason {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if let TripReason::Pushback { retry_after } = *self {
+            let mut s = serializer.serialize_struct("TripReason", 3)?;
+            s.serialize_field("policy", self.policy())?;
+            s.serialize_field("retry_after_ms", &millis_up(retry_after))?;
+            s.serialize_field("message", &self.to_string())?;
+            return s.end();
+        }
+        let figures: &[(&'static str, u32)] = match *self {
+            TripReason::ConsecutiveFailures { failures } => &[("failures", failures)],
+            TripReason::CountWindow { failures, window } => {
+                &[("failures", failures), ("window", window)]
+            }
+            TripReason::FailureRate { failures, calls } => {
+                &[("failures", failures), ("calls", calls)]
+            }
+            TripReason::SlowCallRate { slow, calls } => &[("slow", slow), ("calls", calls)],
+            TripReason::ProbeFailed
+            | TripReason::ProbeTimedOut
+            | TripReason::Manual
+            | TripReason::Pushback { .. } => &[],
+        };
+        let mut s = serializer.serialize_struct("TripReason", 2 + figures.len())?;
+        s.serialize_field("policy", self.policy())?;
+        for (name, value) in figures {
+            s.serialize_field(name, value)?;
+        }
+        s.serialize_field("message", &self.to_string())?;
+        s.end()
+    }
+}
+
+/// As a struct: `policy` (`consecutive_failures`, `count_window`,
+/// `time_window`, `slow_calls` or `any_of`) and its figures; an any-of
+/// holds its members' in `members`.
+impl Serialize for PolicyFigures {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let (policy, figures): (&'static str, &[(&'static str, u32)]) = match *self {
+            PolicyFigures::ConsecutiveFailures {
+                failures,
+                threshold,
+            } => (
+                "consecutive_failures",
+                &[("failures", failures), ("threshold", threshold)],
+            ),
+            PolicyFigures::CountWindow {
+                failures,
+                threshold,
+                window,
+            } => (
+                "count_window",
+                &[
+                    ("failures", failures),
+                    ("threshold", threshold),
+                    ("window", window),
+                ],
+            ),
+            PolicyFigures::TimeWindow { calls, failures } => {
+                ("time_window", &[("calls", calls), ("failures", failures)])
+            }
+            PolicyFigures::SlowCalls { calls, slow } => {
+                ("slow_calls", &[("calls", calls), ("slow", slow)])
+            }
+            PolicyFigures::AnyOf(ref members) => {
+                let mut s = serializer.serialize_struct("PolicyFigures", 2)?;
+                s.serialize_field("policy", "any_of")?;
+                s.serialize_field("members", members)?;
+                return s.end();
+            }
+        };
+        let mut s = serializer.serialize_struct("PolicyFigures", 1 + figures.len())?;
+        s.serialize_field("policy", policy)?;
+        for (name, value) in figures {
+            s.serialize_field(name, value)?;
+        }
+        s.end()
+    }
+}
+
+/// As a struct of its fields, with `time_in_state_ms` (rounded down) and
+/// `retry_after_ms` (rounded up; null unless open) for the durations.
+impl Serialize for Snapshot {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("Snapshot", 12)?;
+        s.serialize_field("name", &*self.name)?;
+        s.serialize_field("state", &self.state)?;
+        s.serialize_field("generation", &self.generation)?;
+        s.serialize_field("time_in_state_ms", &millis(self.time_in_state))?;
+        s.serialize_field("retry_after_ms", &self.retry_after.map(millis_up))?;
+        s.serialize_field("probes_in_flight", &self.probes_in_flight)?;
+        s.serialize_field("probe_successes", &self.probe_successes)?;
+        s.serialize_field("failed_probe_rounds", &self.failed_probe_rounds)?;
+        s.serialize_field("last_trip", &self.last_trip)?;
+        s.serialize_field("policy", &self.policy)?;
+        s.serialize_field("counts", &self.counts)?;
+        s.serialize_field("shadow", &self.shadow)?;
+        s.end()
+    }
+}
+
+/// As a struct of its fields, with `retry_after_ms` (rounded up; null
+/// unless it opened) for the open period.
+impl Serialize for Transition {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("Transition", 7)?;
+        s.serialize_field("breaker", &*self.breaker)?;
+        s.serialize_field("from", &self.from)?;
+        s.serialize_field("to", &self.to)?;
+        s.serialize_field("generation", &self.generation)?;
+        s.serialize_field("reason", &self.reason)?;
+        s.serialize_field("retry_after_ms", &self.retry_after.map(millis_up))?;
+        s.serialize_field("shadow", &self.shadow)?;
+        s.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_round_up_and_time_spent_rounds_down() {
+        assert_eq!(millis_up(Duration::from_micros(1)), 1);
+        assert_eq!(millis_up(Duration::from_millis(7)), 7);
+        assert_eq!(millis(Duration::from_micros(7_900)), 7);
+        assert_eq!(millis_up(Duration::MAX), u64::MAX);
+    }
+}
