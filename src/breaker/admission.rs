@@ -79,7 +79,7 @@ impl Permit {
 
     pub(crate) fn fail(mut self, hint: Option<Duration>) {
         self.armed = false;
-        self.shared.probe_failed(self.generation, hint);
+        self.shared.probe_failed(self.generation, self.ticket, hint);
     }
 }
 

@@ -43,6 +43,9 @@ pub(super) struct ProbeBook {
     generation: u32,
     slots: Vec<Option<Entry>>,
     next_id: u64,
+    /// Probes judged failed when their deadline passed: their late outcome
+    /// (or their drop) must not count a second time.
+    judged: Vec<u64>,
 }
 
 impl ProbeBook {
@@ -51,6 +54,22 @@ impl ProbeBook {
             generation: 0,
             slots: vec![None; probes],
             next_id: 0,
+            judged: Vec::new(),
+        }
+    }
+
+    /// Whether `ticket`'s probe was judged at its deadline; forgets it, as
+    /// its outcome arrives only once.
+    fn was_judged(&mut self, ticket: Option<Ticket>) -> bool {
+        let Some(ticket) = ticket else {
+            return false;
+        };
+        match self.judged.iter().position(|id| *id == ticket.id) {
+            Some(i) => {
+                self.judged.swap_remove(i);
+                true
+            }
+            None => false,
         }
     }
 
@@ -187,6 +206,9 @@ impl Shared {
             None => self.lower_in_flight(generation, 0),
             Some(ticket) => {
                 let mut book = self.lock();
+                if book.probes.was_judged(Some(ticket)) {
+                    return;
+                }
                 let Some(slot) = book.probes.entry(generation, ticket).map(|_| ticket.slot) else {
                     // Taken back already, or the generation is over.
                     return;
@@ -204,6 +226,9 @@ impl Shared {
 
     pub(crate) fn probe_succeeded(&self, generation: u32, ticket: Option<Ticket>) {
         let mut book = self.lock();
+        if book.probes.was_judged(ticket) {
+            return;
+        }
         let w = self.load();
         let valid = w.tag() == Tag::HalfOpen
             && w.generation() == generation
@@ -243,10 +268,20 @@ impl Shared {
     }
 
     /// A probe failed: reopen.
-    pub(crate) fn probe_failed(&self, generation: u32, hint: Option<Duration>) {
-        let book = self.lock();
+    pub(crate) fn probe_failed(
+        &self,
+        generation: u32,
+        ticket: Option<Ticket>,
+        hint: Option<Duration>,
+    ) {
+        let mut book = self.lock();
+        if book.probes.was_judged(ticket) {
+            return;
+        }
         let now = self.now_ms();
-        self.reopen(book, generation, now, hint, TripReason::ProbeFailed);
+        if self.reopen(book, generation, now, hint, TripReason::ProbeFailed) {
+            self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// A caller saw a probe deadline pass. A probe whose call was made and
@@ -258,16 +293,25 @@ impl Shared {
         if book.probes.generation != generation || !self.is_half_open_in(generation) {
             return;
         }
-        let overdue_call = book
+        let overdue: Vec<(u64, u64)> = book
             .probes
             .slots
             .iter()
             .flatten()
             .filter(|e| e.called && e.deadline_ms <= now)
-            .map(|e| e.deadline_ms)
-            .min();
-        if let Some(deadline) = overdue_call {
-            self.reopen(book, generation, deadline, None, TripReason::ProbeTimedOut);
+            .map(|e| (e.id, e.deadline_ms))
+            .collect();
+        if let Some(deadline) = overdue.iter().map(|(_, d)| *d).min() {
+            // Each overdue probe is a failure now, once: its late outcome
+            // will be dropped without counting.
+            book.probes.judged.extend(overdue.iter().map(|(id, _)| *id));
+            let failures = overdue.len() as u64;
+            if self.reopen(book, generation, deadline, None, TripReason::ProbeTimedOut) {
+                self.counters
+                    .0
+                    .failures
+                    .fetch_add(failures, Ordering::Relaxed);
+            }
             return;
         }
         let mut taken_back = 0;
@@ -289,6 +333,8 @@ impl Shared {
 
     /// Half-open generation `generation` failed (a probe failed or timed
     /// out): open again for the next, longer period, counted from `from_ms`.
+    /// False when the generation is over: the outcome is stale (counted
+    /// here); the caller counts the failures when true.
     pub(super) fn reopen(
         &self,
         mut book: MutexGuard<'_, Book>,
@@ -296,13 +342,12 @@ impl Shared {
         from_ms: u64,
         hint: Option<std::time::Duration>,
         reason: TripReason,
-    ) {
+    ) -> bool {
         let mut w = self.load();
         if w.tag() != Tag::HalfOpen || w.generation() != generation {
             self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
-            return;
+            return false;
         }
-        self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
         self.note_hint(&mut book, hint, from_ms);
         book.attempt = book.attempt.saturating_add(1);
         // Computed once: a retry below only follows a permit change.
@@ -327,7 +372,7 @@ impl Shared {
                             Some(std::time::Duration::from_millis(until.saturating_sub(now))),
                         ),
                     );
-                    return;
+                    return true;
                 }
                 Err(actual)
                     if actual.tag() == Tag::HalfOpen && actual.generation() == generation =>
@@ -337,7 +382,7 @@ impl Shared {
                 // Unreachable under the lock; stay safe if that changes.
                 Err(_) => {
                     book.attempt -= 1;
-                    return;
+                    return false;
                 }
             }
         }
