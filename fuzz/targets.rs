@@ -503,3 +503,64 @@ pub fn config_file(data: &[u8]) {
         assert!(!text.is_empty() && text.is_ascii(), "{text:?}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// grpc_headers: `grpc-status` and `grpc-retry-pushback-ms` from an upstream.
+// ---------------------------------------------------------------------------
+
+/// Bytes: a split point, then two header values: `grpc-status` and
+/// `grpc-retry-pushback-ms`, each as an upstream may send it.
+#[cfg(feature = "http-body")]
+pub fn grpc_headers(data: &[u8]) {
+    use tower_circuit_breaker::classify::{
+        grpc_status, parse_pushback, Classified, ClassifyEos, ClassifyResponse, GrpcClassifier,
+        Outcome,
+    };
+
+    let mut input = Input::new(data);
+    let split = input.byte() as usize;
+    let rest = input.rest();
+    let (status, pushback) = rest.split_at(split.min(rest.len()));
+    let mut headers = http::HeaderMap::new();
+    if let Ok(value) = HeaderValue::from_bytes(status) {
+        headers.insert("grpc-status", value);
+    }
+    if let Ok(value) = HeaderValue::from_bytes(pushback) {
+        // A pushback is a whole number of milliseconds, or nothing.
+        if let Some(wait) = parse_pushback(&value) {
+            assert!(wait <= Duration::from_millis(u64::MAX), "{value:?}");
+        }
+        headers.insert("grpc-retry-pushback-ms", value);
+    }
+    let code = grpc_status(&headers);
+    for classifier in [
+        GrpcClassifier::new(),
+        GrpcClassifier::new().internal_is_failure(true),
+    ] {
+        // In the trailers, at the end of a stream.
+        let at_end = ClassifyResponse::<(), ()>::classify_response(
+            &classifier,
+            Ok(&http::Response::new(())),
+        );
+        let Classified::AtEndOfStream(eos) = at_end else {
+            panic!("a head without grpc-status is judged at the end");
+        };
+        let verdict = eos.classify_eos(Some(&headers));
+        // Only a failure carries a hint; OK is a success, whatever else came.
+        if verdict.outcome() != Outcome::Failure {
+            assert_eq!(verdict.retry_after(), None, "{headers:?}");
+        }
+        if code == Some(0) {
+            assert_eq!(verdict.outcome(), Outcome::Success, "{headers:?}");
+        }
+        // In the head (trailers-only): the same verdict.
+        let mut head = http::Response::new(());
+        *head.headers_mut() = headers.clone();
+        if code.is_some() {
+            match ClassifyResponse::<(), ()>::classify_response(&classifier, Ok(&head)) {
+                Classified::Ready(now) => assert_eq!(now, verdict, "{headers:?}"),
+                Classified::AtEndOfStream(_) => panic!("a status in the head is judged at once"),
+            }
+        }
+    }
+}

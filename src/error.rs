@@ -112,6 +112,50 @@ impl CircuitOpen {
         self.state
     }
 
+    /// An empty `503 Service Unavailable` with a `Retry-After` header, for
+    /// hyper services and other `http` servers without axum.
+    ///
+    /// `Retry-After` holds whole seconds, rounded **up** (1.2 s gives `2`:
+    /// rounding down would send clients back before the breaker admits
+    /// them), and **at least `1`**: a zero `retry_after` (half-open with
+    /// every probe in flight and no probe timeout, when the breaker cannot
+    /// tell) would otherwise invite an immediate retry that is refused again.
+    ///
+    /// The body is `B::default()`, empty for the usual body types. With the
+    /// `axum` feature, `CircuitOpen`'s `IntoResponse` gives the same status
+    /// and header with a short plain-text body naming the breaker.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use http::{header::RETRY_AFTER, StatusCode};
+    /// use tower::{service_fn, BoxError, Layer, ServiceExt};
+    /// use tower_circuit_breaker::{Breaker, CircuitOpen, Config};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), BoxError> {
+    /// let breaker = Breaker::new(Config::builder().name("openai").build()?);
+    /// breaker.force_open(Some(Duration::from_millis(1_200)));
+    /// let svc = breaker.layer().layer(service_fn(|_: ()| async { Ok::<_, BoxError>(()) }));
+    ///
+    /// let err = svc.oneshot(()).await.unwrap_err();
+    /// let open = CircuitOpen::find(err.as_ref()).ok_or("not refused")?;
+    /// let response: http::Response<String> = open.to_http_response();
+    /// assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    /// assert_eq!(response.headers()[RETRY_AFTER], "2"); // 1.2 s, rounded up
+    /// assert!(response.body().is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn to_http_response<B: Default>(&self) -> http::Response<B> {
+        let seconds = self.retry_after_ms.div_ceil(1000).max(1);
+        let mut response = http::Response::new(B::default());
+        *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+        response
+            .headers_mut()
+            .insert(http::header::RETRY_AFTER, http::HeaderValue::from(seconds));
+        response
+    }
+
     /// Finds a `CircuitOpen` in an error or anywhere in its source chain.
     pub fn find<'a>(err: &'a (dyn Error + 'static)) -> Option<&'a CircuitOpen> {
         let mut current = Some(err);

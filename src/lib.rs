@@ -191,13 +191,20 @@
 //! | `http-body` | [end-of-stream classification](body) of `http::Response` bodies; gRPC statuses |
 //! | `metrics` | state gauges, transitions and counts through the `metrics` facade |
 //! | `serde` | configs deserialize (durations as `"30s"`), snapshots serialize |
+//! | `tower-http` | tower-http's classifiers for streaming breakers ([`classify::TowerHttp`]) |
+//! | `axum` | `CircuitOpen` answers as a 503 with `Retry-After` |
+//! | `tonic` | `CircuitOpen` into `tonic::Status`; a classifier of `Status` errors |
 //!
 //! [tower]: https://docs.rs/tower
 
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub mod axum;
 #[cfg(feature = "http-body")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http-body")))]
 pub mod body;
 mod breaker;
 pub mod classify;
@@ -209,14 +216,19 @@ pub mod future;
 mod layer;
 mod local;
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 pub mod policy;
 pub mod probe;
 pub mod registry;
 #[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod serde;
 mod service;
 mod sync;
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub mod tonic;
 
 pub use breaker::{Breaker, BreakerGroup, Counts, Snapshot, State};
 pub use config::{Config, ConfigBuilder};

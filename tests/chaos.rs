@@ -604,7 +604,14 @@ fn keyed_breakers_under_chaos_keep_their_books_and_recover() {
         let mut svc = svc;
         final_outage(&mut svc, KEYS.len(), Duration::from_secs(30)).await;
         for breaker in &breakers {
-            assert_ne!(breaker.state(), State::Closed, "{}", breaker.name());
+            // A model whose parent opened is refused at the parent and never
+            // sees the outage: it may rightly stay closed.
+            let shielded = breaker.name().starts_with("p/") && parent.state() != State::Closed;
+            assert!(
+                breaker.state() != State::Closed || shielded,
+                "{}: closed after the final outage",
+                breaker.name()
+            );
         }
         let recovery = recover(&mut svc, KEYS.len(), &breakers, limit).await;
         for breaker in &breakers {

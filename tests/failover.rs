@@ -3,107 +3,14 @@
 //!
 //! All timing runs on paused tokio time.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use http::{Response, StatusCode};
+use http::StatusCode;
 use tokio::time::advance;
-use tower::util::BoxCloneService;
-use tower::{service_fn, BoxError, Service, ServiceExt};
-use tower_circuit_breaker::classify::HttpClassifier;
-use tower_circuit_breaker::failover::{Exhausted, Reason};
-use tower_circuit_breaker::policy::ConsecutiveFailures;
-use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, Failover, State};
+use tower::{Service, ServiceExt};
+use tower_circuit_breaker::failover::Reason;
+use tower_circuit_breaker::State;
 
-type Reply = Response<&'static str>;
-type Inner = BoxCloneService<&'static str, Reply, BoxError>;
-type Candidate = CircuitBreaker<Inner, HttpClassifier>;
-
-/// What a scripted upstream does with the next request.
-#[derive(Clone, Copy, Debug)]
-enum Act {
-    /// Answer at once with this status.
-    Status(u16),
-    /// Fail at once with an error.
-    Error,
-    /// Never answer.
-    Hang,
-}
-
-/// A scripted upstream: its breaker, its call count, and a switch for what it
-/// does next.
-struct Upstream {
-    breaker: Breaker,
-    calls: Arc<AtomicUsize>,
-    act: Arc<Mutex<Act>>,
-}
-
-impl Upstream {
-    /// An upstream named `name` whose breaker opens after `threshold`
-    /// consecutive failures and stays open `cooldown`.
-    fn new(name: &'static str, act: Act, threshold: u32, cooldown: Duration) -> Self {
-        let config = Config::builder()
-            .name(name)
-            .trip(ConsecutiveFailures::new(threshold))
-            .cooldown(cooldown)
-            .backoff(1.0)
-            .probe_timeout(None)
-            .build()
-            .unwrap();
-        Upstream {
-            breaker: Breaker::new(config),
-            calls: Arc::default(),
-            act: Arc::new(Mutex::new(act)),
-        }
-    }
-
-    fn candidate(&self) -> Candidate {
-        let (name, calls, act) = (self.breaker.name().to_owned(), &self.calls, &self.act);
-        let (calls, act) = (calls.clone(), act.clone());
-        let name: &'static str = Box::leak(name.into_boxed_str());
-        let inner = service_fn(move |_prompt: &'static str| {
-            calls.fetch_add(1, Ordering::SeqCst);
-            let act = *act.lock().unwrap();
-            async move {
-                match act {
-                    Act::Status(code) => Ok(Response::builder().status(code).body(name).unwrap()),
-                    Act::Error => Err(BoxError::from(format!("{name} is down"))),
-                    Act::Hang => std::future::pending().await,
-                }
-            }
-        });
-        CircuitBreaker::with_classifier(BoxCloneService::new(inner), &self.breaker, HttpClassifier)
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-
-    fn set(&self, act: Act) {
-        *self.act.lock().unwrap() = act;
-    }
-
-    /// Fails it once through its own breaker (threshold 1): it opens.
-    async fn trip(&self) {
-        let before = self.act.lock().unwrap().to_owned();
-        self.set(Act::Error);
-        let _ = self.candidate().oneshot("trip").await;
-        self.set(before);
-        assert_eq!(self.breaker.state(), State::Open);
-    }
-}
-
-fn chain(upstreams: &[&Upstream]) -> Failover<Inner, HttpClassifier, HttpClassifier> {
-    Failover::new(upstreams.iter().map(|u| u.candidate())).classify(HttpClassifier)
-}
-
-fn exhausted(err: &BoxError) -> &Exhausted {
-    Exhausted::find(err.as_ref()).unwrap_or_else(|| panic!("expected Exhausted, got {err}"))
-}
-
-const OK: Act = Act::Status(200);
-const SECOND: Duration = Duration::from_secs(1);
+mod failover_common;
+use failover_common::*;
 
 #[tokio::test(start_paused = true)]
 async fn skips_an_open_candidate_without_calling_it() {
@@ -348,70 +255,4 @@ async fn a_shadow_breaker_is_called_while_it_reads_open() {
 
     let reply = chain(&[&primary, &secondary]).oneshot("hi").await.unwrap();
     assert_eq!(*reply.body(), "primary", "shadow mode never refuses");
-}
-
-#[tokio::test(start_paused = true)]
-async fn each_fallback_is_logged_with_structured_fields() {
-    use tracing_subscriber::layer::{Context, SubscriberExt};
-
-    #[derive(Default)]
-    struct Fields(Vec<(String, String)>);
-    impl tracing::field::Visit for Fields {
-        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-            self.0.push((field.name().to_owned(), format!("{value:?}")));
-        }
-        fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
-            self.0.push((field.name().to_owned(), value.to_string()));
-        }
-    }
-    type Event = (tracing::Level, Vec<(String, String)>);
-    #[derive(Clone, Default)]
-    struct Capture(Arc<Mutex<Vec<Event>>>);
-    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
-        fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-            if event.metadata().target().ends_with("failover::future") {
-                let mut fields = Fields::default();
-                event.record(&mut fields);
-                let level = *event.metadata().level();
-                self.0.lock().unwrap().push((level, fields.0));
-            }
-        }
-    }
-
-    let capture = Capture::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
-
-    let open = Upstream::new("open", OK, 1, 30 * SECOND);
-    let failing = Upstream::new("failing", Act::Error, 5, 30 * SECOND);
-    let healthy = Upstream::new("healthy", OK, 5, 30 * SECOND);
-    open.trip().await;
-    capture.0.lock().unwrap().clear();
-
-    let reply = chain(&[&open, &failing, &healthy])
-        .oneshot("hi")
-        .await
-        .unwrap();
-    assert_eq!(*reply.body(), "healthy");
-
-    let events = capture.0.lock().unwrap();
-    let field = |n: usize, name: &str| {
-        events[n]
-            .1
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| panic!("event {n} has no `{name}`: {:?}", events[n]))
-    };
-    assert_eq!(events.len(), 2, "{events:?}");
-    assert_eq!(events[0].0, tracing::Level::DEBUG);
-    assert_eq!(field(0, "candidate"), "0");
-    assert_eq!(field(0, "breaker"), "open");
-    assert_eq!(field(0, "state"), "Open");
-    assert_eq!(field(0, "retry_after_ms"), "30000");
-    assert_eq!(events[1].0, tracing::Level::INFO);
-    assert_eq!(field(1, "candidate"), "1");
-    assert_eq!(field(1, "breaker"), "failing");
-    assert_eq!(field(1, "state"), "Closed");
-    assert_eq!(field(1, "reason"), "failed: failing is down");
 }

@@ -389,3 +389,9 @@ fn any_config_file_reads_or_is_refused_without_panicking() {
         Some(config_text),
     );
 }
+
+#[cfg(feature = "http-body")]
+#[test]
+fn grpc_status_and_pushback_never_panic_and_only_failures_carry_a_hint() {
+    replay("grpc_headers", targets::grpc_headers, 0x9c5, None);
+}

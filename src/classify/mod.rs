@@ -27,6 +27,8 @@
 #[cfg(feature = "http-body")]
 mod grpc;
 mod http;
+#[cfg(feature = "tower-http")]
+mod interop;
 #[cfg(feature = "http-body")]
 mod stream;
 
@@ -35,8 +37,13 @@ use std::time::Duration;
 
 pub use self::http::{parse_retry_after, HttpClassifier};
 #[cfg(feature = "http-body")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http-body")))]
 pub use grpc::{grpc_status, parse_pushback, GrpcClassifier, GrpcEos};
+#[cfg(feature = "tower-http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower-http")))]
+pub use interop::{TowerHttp, TowerHttpEosOf};
 #[cfg(feature = "http-body")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http-body")))]
 pub use stream::{BodyEnds, Classified, ClassifyEos, ClassifyResponse, StreamingHttp};
 
 /// How one call counts toward the breaker's health.

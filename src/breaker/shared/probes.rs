@@ -232,7 +232,7 @@ impl Shared {
         let w = self.load();
         let valid = w.tag() == Tag::HalfOpen
             && w.generation() == generation
-            && ticket.map_or(true, |t| book.probes.entry(generation, t).is_some());
+            && ticket.is_none_or(|t| book.probes.entry(generation, t).is_some());
         if !valid {
             self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
             return;

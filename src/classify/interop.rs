@@ -1,0 +1,74 @@
+//! tower-http's classifiers as this crate's (feature `tower-http`): use
+//! `ServerErrorsAsFailures`, `GrpcErrorsAsFailures`, or a classifier of your
+//! own written for tower-http, with a streaming breaker.
+
+use std::fmt;
+
+use http::{HeaderMap, Response};
+use tower_http::classify::{
+    ClassifiedResponse, ClassifyEos as TowerHttpEos, ClassifyResponse as TowerHttpResponse,
+};
+
+use super::stream::{Classified, ClassifyEos, ClassifyResponse};
+use super::{Outcome, Verdict};
+
+/// A tower-http classifier, judging for a
+/// [`StreamingBreaker`](crate::body::StreamingBreaker): a response or error
+/// it classifies as a failure is a failure, anything else a success (tower-
+/// http has no "ignore": a 4xx is a success to `ServerErrorsAsFailures`),
+/// and a classification it defers to the end of the stream is made there.
+///
+/// ```
+/// use tower_circuit_breaker::{classify::TowerHttp, CircuitBreakerLayer, Config};
+/// use tower_http::classify::GrpcErrorsAsFailures;
+///
+/// let layer = CircuitBreakerLayer::new(Config::default())
+///     .streaming(TowerHttp(GrpcErrorsAsFailures::new()));
+/// # let _ = layer;
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TowerHttp<C>(pub C);
+
+/// The end-of-stream half of a tower-http classifier.
+#[derive(Clone, Copy, Debug)]
+pub struct TowerHttpEosOf<E>(E);
+
+fn verdict<F>(result: Result<(), F>) -> Verdict {
+    Verdict::new(match result {
+        Ok(()) => Outcome::Success,
+        Err(_) => Outcome::Failure,
+    })
+}
+
+impl<C, B, E> ClassifyResponse<B, E> for TowerHttp<C>
+where
+    C: TowerHttpResponse + Clone,
+    C::ClassifyEos: Send + 'static,
+    E: fmt::Display + 'static,
+{
+    type Eos = TowerHttpEosOf<C::ClassifyEos>;
+
+    fn classify_response(&self, result: Result<&Response<B>, &E>) -> Classified<Self::Eos> {
+        match result {
+            Ok(response) => match self.0.clone().classify_response(response) {
+                ClassifiedResponse::Ready(result) => Classified::Ready(verdict(result)),
+                ClassifiedResponse::RequiresEos(eos) => {
+                    Classified::AtEndOfStream(TowerHttpEosOf(eos))
+                }
+            },
+            Err(error) => {
+                let _failure = self.0.clone().classify_error(error);
+                Classified::Ready(Verdict::new(Outcome::Failure))
+            }
+        }
+    }
+}
+
+impl<E> ClassifyEos for TowerHttpEosOf<E>
+where
+    E: TowerHttpEos + Send + 'static,
+{
+    fn classify_eos(self, trailers: Option<&HeaderMap>) -> Verdict {
+        verdict(self.0.classify_eos(trailers))
+    }
+}
