@@ -31,7 +31,7 @@ use super::state::{Manual, Tag, Word, MAX_DEADLINE_MS};
 use crate::classify::Outcome;
 use crate::config::Config;
 use crate::events::Transition;
-use crate::policy::{PolicyFigures, PolicyState, Sample, TripReason};
+use crate::policy::{PolicyState, Sample, TripReason};
 use crate::probe::{Prober, Turn};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
 use crate::{Counts, Snapshot, State};
@@ -308,18 +308,7 @@ impl Shared {
                         // Its probe task, not a user's request, probes.
                         return self.refuse(w, State::HalfOpen, self.probe_interval_ms(), None);
                     }
-                    // Under the lock, like every transition, so that
-                    // subscribers see transitions in order.
-                    let mut book = self.lock();
-                    let next = Word::half_open(w.next_generation(), 0, 0);
-                    match self.cas(w, next) {
-                        Ok(()) => {
-                            self.forget_probes(&mut book);
-                            self.announce(book, self.transition(State::Open, next, None, None));
-                            w = next;
-                        }
-                        Err(actual) => w = actual,
-                    }
+                    w = self.enter_half_open(w).unwrap_or_else(|actual| actual);
                 }
                 Tag::HalfOpen if self.prober_running.load(Ordering::Acquire) => {
                     return self.refuse(w, State::HalfOpen, self.probe_interval_ms(), None);
@@ -375,6 +364,18 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Moves open word `w`, whose period has ended, to half-open; returns
+    /// the new word, or the one that changed under us. Under the lock, like
+    /// every transition, so that subscribers see transitions in order.
+    fn enter_half_open(&self, w: Word) -> Result<Word, Word> {
+        let mut book = self.lock();
+        let next = Word::half_open(w.next_generation(), 0, 0);
+        self.cas(w, next)?;
+        self.forget_probes(&mut book);
+        self.announce(book, self.transition(State::Open, next, None, None));
+        Ok(next)
     }
 
     /// An automatic refusal; in shadow mode, a pass that a real breaker
@@ -489,20 +490,30 @@ impl Shared {
             return;
         }
         book.policy.reset();
-        book.last_trip = Some(reason.clone());
-        book.since_ms = now;
-        book.open_until_ms = until;
-        book.hint_until_ms = None;
         self.refresh_success_flag(&book);
+        self.opened(book, State::Closed, next, reason, now);
+    }
+
+    /// The breaker has just moved from `from` to open word `next`, its
+    /// period counted from `since_ms`: book it and announce it.
+    pub(super) fn opened(
+        &self,
+        mut book: MutexGuard<'_, Book>,
+        from: State,
+        next: Word,
+        reason: TripReason,
+        since_ms: u64,
+    ) {
+        book.last_trip = Some(reason.clone());
+        book.since_ms = since_ms;
+        book.open_until_ms = next.open_until_ms();
+        book.hint_until_ms = None;
+        self.forget_probes(&mut book);
         self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
+        let retry_after = retry_after_at(next, self.now_ms()).unwrap_or_default();
         self.announce(
             book,
-            self.transition(
-                State::Closed,
-                next,
-                Some(reason),
-                Some(Duration::from_millis(until.saturating_sub(now))),
-            ),
+            self.transition(from, next, Some(reason), Some(retry_after)),
         );
     }
 
@@ -645,12 +656,7 @@ impl Shared {
                     return Turn::WaitUntil(self.instant_at(w.open_until_ms()))
                 }
                 Tag::Open => {
-                    let mut book = self.lock();
-                    let next = Word::half_open(w.next_generation(), 0, 0);
-                    if self.cas(w, next).is_ok() {
-                        self.forget_probes(&mut book);
-                        self.announce(book, self.transition(State::Open, next, None, None));
-                    }
+                    let _ = self.enter_half_open(w);
                 }
                 Tag::HalfOpen if w.in_flight() < self.tuning.probes.load(Ordering::Relaxed) => {
                     match self.take_permit(w, now) {
@@ -708,18 +714,11 @@ impl Shared {
     /// The state as a reader should see it: an open breaker whose period
     /// has ended reads as half-open, whether or not a caller has moved it.
     pub(crate) fn state(&self) -> State {
-        let w = self.load();
-        match w.tag() {
-            Tag::Open if self.now_ms() >= w.open_until_ms() => State::HalfOpen,
-            _ => state_of(w),
-        }
+        state_at(self.load(), self.now_ms())
     }
 
     pub(crate) fn retry_after(&self) -> Option<Duration> {
-        let w = self.load();
-        let now = self.now_ms();
-        (w.tag() == Tag::Open && now < w.open_until_ms())
-            .then(|| Duration::from_millis(w.open_until_ms() - now))
+        retry_after_at(self.load(), self.now_ms())
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
@@ -729,10 +728,7 @@ impl Shared {
         let book = self.lock();
         let w = self.load();
         let now = self.now_ms();
-        let state = match w.tag() {
-            Tag::Open if now >= w.open_until_ms() => State::HalfOpen,
-            _ => state_of(w),
-        };
+        let state = state_at(w, now);
         let since = match w.tag() {
             Tag::Open if now >= w.open_until_ms() => w.open_until_ms(),
             Tag::HalfOpen => book.open_until_ms,
@@ -748,13 +744,12 @@ impl Shared {
             state,
             generation: w.generation(),
             time_in_state: Duration::from_millis(now.saturating_sub(since)),
-            retry_after: (w.tag() == Tag::Open && now < w.open_until_ms())
-                .then(|| Duration::from_millis(w.open_until_ms() - now)),
+            retry_after: retry_after_at(w, now),
             probes_in_flight,
             probe_successes,
             failed_probe_rounds: book.attempt,
             last_trip: book.last_trip.clone(),
-            policy: self.figures(&book, now),
+            policy: book.policy.figures(now),
             shadow: self.hot.0.shadow.load(Ordering::Relaxed),
             counts: Counts {
                 calls,
@@ -767,10 +762,21 @@ impl Shared {
             },
         }
     }
+}
 
-    fn figures(&self, book: &Book, now: u64) -> PolicyFigures {
-        book.policy.figures(now)
+/// The state as a reader should see it at `now_ms`: an open breaker whose
+/// period has ended reads as half-open, whether or not a caller has moved it.
+fn state_at(w: Word, now_ms: u64) -> State {
+    match w.tag() {
+        Tag::Open if now_ms >= w.open_until_ms() => State::HalfOpen,
+        _ => state_of(w),
     }
+}
+
+/// The rest of the open period at `now_ms`, while open.
+fn retry_after_at(w: Word, now_ms: u64) -> Option<Duration> {
+    (w.tag() == Tag::Open && now_ms < w.open_until_ms())
+        .then(|| Duration::from_millis(w.open_until_ms() - now_ms))
 }
 
 pub(crate) fn state_of(w: Word) -> State {

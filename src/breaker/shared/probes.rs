@@ -356,22 +356,7 @@ impl Shared {
             let next = Word::open(w.next_generation(), until);
             match self.cas(w, next) {
                 Ok(()) => {
-                    book.last_trip = Some(reason.clone());
-                    book.since_ms = from_ms;
-                    book.open_until_ms = until;
-                    book.hint_until_ms = None;
-                    self.forget_probes(&mut book);
-                    self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
-                    let now = self.now_ms();
-                    self.announce(
-                        book,
-                        self.transition(
-                            State::HalfOpen,
-                            next,
-                            Some(reason),
-                            Some(std::time::Duration::from_millis(until.saturating_sub(now))),
-                        ),
-                    );
+                    self.opened(book, State::HalfOpen, next, reason, from_ms);
                     return true;
                 }
                 Err(actual)
