@@ -225,6 +225,7 @@ pub mod registry;
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod serde;
 mod service;
+pub mod store;
 mod sync;
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]

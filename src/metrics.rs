@@ -111,3 +111,20 @@ where
         export(&breaker);
     }
 }
+
+/// Redis became unavailable: one more episode, and the gauge at 0.
+#[cfg(feature = "redis")]
+pub(crate) fn store_unavailable() {
+    counter!("circuit_breaker_store_unavailable_total", "store" => "redis").increment(1);
+    store_available(false);
+}
+
+/// Whether Redis answers (1) or not (0).
+#[cfg(feature = "redis")]
+pub(crate) fn store_available(available: bool) {
+    gauge!("circuit_breaker_store_available", "store" => "redis").set(if available {
+        1.0
+    } else {
+        0.0
+    });
+}

@@ -11,6 +11,8 @@
 //! compare-and-swap succeeds performs the transition and emits its event:
 //! exactly one event per transition.
 
+#[cfg(feature = "redis")]
+mod fleet;
 mod manual;
 mod probes;
 
@@ -85,6 +87,9 @@ pub(super) struct Book {
     /// The config; lock-free paths read the copies in `Tuning`.
     config: Config,
     rng: u64,
+    /// What this breaker knows of the fleet's state, when it shares one.
+    #[cfg(feature = "redis")]
+    fleet: fleet::FleetBook,
 }
 
 /// What lock-free paths read of the config, kept up to date by `tune`.
@@ -114,6 +119,9 @@ pub(crate) struct Shared {
     prober: OnceLock<Prober>,
     prober_running: AtomicBool,
     epoch: Instant,
+    /// The shared-state store this breaker reports to, if any.
+    #[cfg(feature = "redis")]
+    link: OnceLock<crate::store::redis::Link>,
 }
 
 fn ceil_ms(d: Duration) -> u64 {
@@ -157,6 +165,8 @@ impl Shared {
                 probes: ProbeBook::new(0),
                 rng: seed(),
                 config: config.clone(),
+                #[cfg(feature = "redis")]
+                fleet: fleet::FleetBook::default(),
             }),
             events: OnceLock::new(),
             forward: OnceLock::new(),
@@ -164,6 +174,8 @@ impl Shared {
             prober: OnceLock::new(),
             prober_running: AtomicBool::new(false),
             epoch: Instant::now(),
+            #[cfg(feature = "redis")]
+            link: OnceLock::new(),
         }
         .tuned(&config)
     }
@@ -469,6 +481,8 @@ impl Shared {
             self.note_hint(&mut book, hint, now);
         }
         let verdict = book.policy.record(Sample { failure, elapsed }, now);
+        #[cfg(feature = "redis")]
+        self.fleet_outcome(&mut book, failure);
         // An upstream that announced when to come back is not worth the
         // rest of the threshold, when so configured.
         let pushback = match hint {
@@ -491,6 +505,8 @@ impl Shared {
         }
         book.policy.reset();
         self.refresh_success_flag(&book);
+        #[cfg(feature = "redis")]
+        self.fleet_opened(&mut book, until.saturating_sub(now));
         self.opened(book, State::Closed, next, reason, now);
     }
 
@@ -519,6 +535,9 @@ impl Shared {
 
     fn refresh_success_flag(&self, book: &Book) {
         let matters = book.policy.success_matters();
+        // A fleet count known to hold failures is reset by a success.
+        #[cfg(feature = "redis")]
+        let matters = matters || book.fleet.failures;
         // Write only on change: the flag shares a line with the state word.
         if self.hot.0.success_matters.load(Ordering::Relaxed) != matters {
             self.hot.0.success_matters.store(matters, Ordering::Relaxed);

@@ -169,6 +169,10 @@ pub enum TripReason {
         /// The announced delay, capped by `max_open`.
         retry_after: std::time::Duration,
     },
+    /// The fleet decided, through shared state: another instance opened the
+    /// breaker (or it was open when this instance joined), or the fleet
+    /// closed it.
+    Shared,
 }
 
 impl TripReason {
@@ -184,6 +188,7 @@ impl TripReason {
             TripReason::ProbeTimedOut => "probe_timed_out",
             TripReason::Manual => "manual",
             TripReason::Pushback { .. } => "pushback",
+            TripReason::Shared => "shared",
         }
     }
 }
@@ -214,6 +219,7 @@ impl fmt::Display for TripReason {
                 "the upstream asked to come back in {} ms",
                 retry_after.as_millis()
             ),
+            TripReason::Shared => f.write_str("decided by the fleet through shared state"),
         }
     }
 }

@@ -107,6 +107,9 @@ struct Inner<K> {
     /// Makes evictions one at a time.
     evicting: Mutex<()>,
     events: broadcast::Sender<Transition>,
+    /// Every breaker made is attached to this store.
+    #[cfg(feature = "redis")]
+    store: Option<crate::store::redis::RedisStore>,
 }
 
 struct Configs<K> {
@@ -120,6 +123,8 @@ pub struct RegistryBuilder<K> {
     per_key: HashMap<K, Config>,
     parent_of: Option<ParentOf<K>>,
     max_keys: usize,
+    #[cfg(feature = "redis")]
+    store: Option<crate::store::redis::RedisStore>,
 }
 
 /// The registry holds as many breakers as it may, and none can be evicted:
@@ -159,6 +164,8 @@ where
             per_key: HashMap::new(),
             parent_of: None,
             max_keys: 10_000,
+            #[cfg(feature = "redis")]
+            store: None,
         }
     }
 
@@ -230,6 +237,10 @@ where
         }
         let breaker = Breaker::new(self.config_for(key));
         breaker.shared.forward_to(self.inner.events.clone());
+        #[cfg(feature = "redis")]
+        if let Some(store) = &self.inner.store {
+            store.attach(&breaker);
+        }
         let tick = self.inner.insertions.fetch_add(1, Ordering::Relaxed) + 1;
         let entry = Arc::new(Entry {
             breaker,
@@ -413,6 +424,16 @@ where
         self
     }
 
+    /// Shares every breaker the registry makes with a fleet through
+    /// `store`, each under its key (see [`crate::store::redis`]). Parents
+    /// are shared too: they are breakers of the registry like any other.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn store(mut self, store: &crate::store::redis::RedisStore) -> Self {
+        self.store = Some(store.clone());
+        self
+    }
+
     /// The registry.
     pub fn build(self) -> Registry<K> {
         Registry {
@@ -431,6 +452,8 @@ where
                 insertions: AtomicU64::new(0),
                 evicting: Mutex::new(()),
                 events: broadcast::channel(EVENT_CAPACITY).0,
+                #[cfg(feature = "redis")]
+                store: self.store,
             }),
         }
     }

@@ -85,7 +85,8 @@ impl Serialize for TripReason {
             TripReason::ProbeFailed
             | TripReason::ProbeTimedOut
             | TripReason::Manual
-            | TripReason::Pushback { .. } => &[],
+            | TripReason::Pushback { .. }
+            | TripReason::Shared => &[],
         };
         let mut s = serializer.serialize_struct("TripReason", 2 + figures.len())?;
         s.serialize_field("policy", self.policy())?;

@@ -1,0 +1,186 @@
+//! A breaker that shares its state with a fleet through a store: what it
+//! reports, and how it takes in what the fleet decided.
+//!
+//! The request path never waits for the store. Outcomes and transitions are
+//! queued for the store's task ([`Link`]); the task brings the fleet's
+//! decisions back through [`Shared::fleet_open`],
+//! [`Shared::fleet_probe_won`] and [`Shared::fleet_closed`], which change
+//! the local state word like any other transition (under the lock, one
+//! compare-and-swap, one event).
+//!
+//! While the fleet holds a breaker open, the local open period is the
+//! fleet's plus a `hold`: long enough for the store's task to take the
+//! probe lock (and end the local period at once) or learn that another
+//! instance holds it (and extend it), short enough that an instance whose
+//! store went silent falls back to probing on its own.
+
+use super::{state_of, Book, Shared};
+use crate::breaker::state::{Tag, Word, MAX_DEADLINE_MS};
+use crate::policy::TripReason;
+use crate::store::redis::Link;
+use crate::sync::MutexGuard;
+
+/// What a breaker knows of the fleet.
+#[derive(Debug, Default)]
+pub(crate) struct FleetBook {
+    /// The fleet generation of the opening this breaker follows; 0 when
+    /// closed, or open on its own evidence not yet acknowledged.
+    pub(crate) generation: u64,
+    /// The fleet's failure count is known to be non-zero: the next success
+    /// resets it.
+    pub(crate) failures: bool,
+}
+
+impl Shared {
+    /// Reports to `link` from now on; false if it already reports to one.
+    pub(crate) fn attach_link(&self, link: Link) -> bool {
+        self.link.set(link).is_ok()
+    }
+
+    pub(super) fn fleet_outcome(&self, book: &mut Book, failure: bool) {
+        let Some(link) = self.link.get() else { return };
+        if failure {
+            if link.counts_failures(&book.config) {
+                link.failure(&book.config);
+                book.fleet.failures = true;
+            }
+        } else if book.fleet.failures {
+            link.reset();
+            book.fleet.failures = false;
+        }
+    }
+
+    /// This breaker opened on its own evidence, for `open_ms`.
+    pub(super) fn fleet_opened(&self, book: &mut Book, open_ms: u64) {
+        let Some(link) = self.link.get() else { return };
+        link.opened(
+            &book.config,
+            std::time::Duration::from_millis(open_ms),
+            book.attempt,
+            book.fleet.generation,
+        );
+        // Unacknowledged until the store answers with the fleet's opening.
+        book.fleet.generation = 0;
+    }
+
+    pub(super) fn fleet_probe_succeeded(&self, book: &Book) {
+        let Some(link) = self.link.get() else { return };
+        if book.fleet.generation != 0 {
+            link.probe_succeeded(&book.config, book.fleet.generation);
+        }
+    }
+
+    /// The fleet holds the breaker open in `generation`, `left_ms` more
+    /// (0: its period is over and the probe lock is another's, or nobody's
+    /// yet); stay open that long plus `hold_ms`. With `held_elsewhere`,
+    /// another instance holds the probe lock: a local probe round stops.
+    pub(crate) fn fleet_open(
+        &self,
+        generation: u64,
+        left_ms: u64,
+        attempt: u32,
+        hold_ms: u64,
+        held_elsewhere: bool,
+    ) {
+        let mut book = self.lock();
+        let now = self.now_ms();
+        let until = now
+            .saturating_add(left_ms)
+            .saturating_add(hold_ms)
+            .min(MAX_DEADLINE_MS);
+        let mut w = self.load();
+        loop {
+            let next = match w.tag() {
+                Tag::Manual => return,
+                // Closed here in that generation: the fleet follows.
+                Tag::Closed if book.fleet.generation == generation => return,
+                Tag::HalfOpen if left_ms == 0 && !held_elsewhere => return,
+                Tag::Open => Word::open(w.generation(), until),
+                Tag::Closed | Tag::HalfOpen => Word::open(w.next_generation(), until),
+            };
+            match self.cas(w, next) {
+                Ok(()) => {
+                    book.fleet.generation = generation;
+                    book.fleet.failures = false;
+                    book.attempt = attempt;
+                    book.open_until_ms = until;
+                    if w.tag() == Tag::Open {
+                        drop(book);
+                        self.clones.wake_all();
+                        return;
+                    }
+                    book.policy.reset();
+                    self.refresh_success_flag(&book);
+                    self.opened(book, state_of(w), next, TripReason::Shared, now);
+                    return;
+                }
+                Err(actual) => w = actual,
+            }
+        }
+    }
+
+    /// This instance holds the probe lock of fleet generation `generation`:
+    /// the local open period ends now.
+    pub(crate) fn fleet_probe_won(&self, generation: u64, attempt: u32) {
+        let mut book = self.lock();
+        book.fleet.generation = generation;
+        book.attempt = attempt;
+        let w = self.load();
+        drop(book);
+        if w.tag() == Tag::Open {
+            let _ = self.enter_half_open(w);
+        }
+    }
+
+    /// The fleet is closed (with `failures` counted), or, with
+    /// `generation`, the fleet closed that generation. A breaker that
+    /// followed a fleet opening closes; one open on its own evidence that
+    /// the fleet has not heard of (Redis was down when it opened) shares
+    /// its opening now.
+    pub(crate) fn fleet_closed(&self, generation: Option<u64>, failures: u64) {
+        let mut book = self.lock();
+        if generation.is_none() {
+            book.fleet.failures = failures > 0;
+            self.refresh_success_flag(&book);
+        }
+        let w = self.load();
+        let follows =
+            book.fleet.generation != 0 && generation.is_none_or(|g| g == book.fleet.generation);
+        match w.tag() {
+            Tag::Open | Tag::HalfOpen if follows => self.fleet_close(book, w),
+            Tag::Open if book.fleet.generation == 0 && generation.is_none() => {
+                let left_ms = w.open_until_ms().saturating_sub(self.now_ms());
+                self.fleet_opened(&mut book, left_ms);
+            }
+            _ => {}
+        }
+    }
+
+    fn fleet_close(&self, mut book: MutexGuard<'_, Book>, mut w: Word) {
+        loop {
+            let next = Word::closed(w.next_generation());
+            match self.cas(w, next) {
+                Ok(()) => {
+                    book.attempt = 0;
+                    book.hint_until_ms = None;
+                    book.since_ms = self.now_ms();
+                    book.policy.reset();
+                    book.fleet = FleetBook::default();
+                    self.forget_probes(&mut book);
+                    self.refresh_success_flag(&book);
+                    let transition =
+                        self.transition(state_of(w), next, Some(TripReason::Shared), None);
+                    self.announce(book, transition);
+                    return;
+                }
+                Err(actual) if matches!(actual.tag(), Tag::Open | Tag::HalfOpen) => w = actual,
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Whether this breaker reports to a store.
+    pub(crate) fn has_link(&self) -> bool {
+        self.link.get().is_some()
+    }
+}

@@ -1,0 +1,163 @@
+//! What a breaker holds of the store: a bounded queue of writes to Redis,
+//! filled on the request path without waiting, drained by the store's task.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::script::{Args, Op};
+use crate::config::Config;
+use crate::policy::TripPolicy;
+
+/// One change to write to Redis.
+#[derive(Clone, Debug)]
+pub(crate) struct Write {
+    /// The breaker's escaped name.
+    pub(crate) escaped: Arc<str>,
+    pub(crate) op: Op,
+    pub(crate) args: Args,
+}
+
+/// Writes waiting for the store's task. Full, it drops the oldest: a
+/// request never waits for Redis, and recent outcomes matter more than old
+/// ones.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    items: Mutex<VecDeque<Write>>,
+    capacity: usize,
+    pub(crate) dropped: AtomicU64,
+    pub(crate) notify: Notify,
+}
+
+impl Queue {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Queue {
+            items: Mutex::new(VecDeque::with_capacity(capacity.min(1024))),
+            capacity: capacity.max(1),
+            dropped: AtomicU64::new(0),
+            notify: Notify::new(),
+        }
+    }
+
+    pub(crate) fn push(&self, write: Write) {
+        let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        if items.len() >= self.capacity {
+            items.pop_front();
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        items.push_back(write);
+        drop(items);
+        self.notify.notify_one();
+    }
+
+    /// Up to `max` writes, oldest first.
+    pub(crate) fn take(&self, max: usize) -> Vec<Write> {
+        let mut items = self.items.lock().unwrap_or_else(|p| p.into_inner());
+        let n = items.len().min(max);
+        items.drain(..n).collect()
+    }
+}
+
+/// Settings every link of one store shares.
+#[derive(Debug)]
+pub(crate) struct LinkSettings {
+    /// Failures the fleet count opens at, overriding the policy's.
+    pub(crate) failures_to_open: Option<u32>,
+    /// How long the fleet count remembers a failure.
+    pub(crate) failure_window: Duration,
+    /// The probe lock's lease.
+    pub(crate) probe_lease: Duration,
+}
+
+/// A breaker's link to its store.
+#[derive(Debug)]
+pub(crate) struct Link {
+    pub(crate) escaped: Arc<str>,
+    pub(crate) queue: Arc<Queue>,
+    pub(crate) settings: Arc<LinkSettings>,
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The failures in a row the fleet count opens at, for `policy`: the
+/// smallest consecutive-failures threshold in it, if any.
+fn consecutive_threshold(policy: &TripPolicy) -> Option<u32> {
+    match policy {
+        TripPolicy::ConsecutiveFailures(p) => Some(p.threshold()),
+        TripPolicy::AnyOf(list) => list.iter().filter_map(consecutive_threshold).min(),
+        _ => None,
+    }
+}
+
+impl Link {
+    fn push(&self, op: Op, args: Args) {
+        self.queue.push(Write {
+            escaped: Arc::clone(&self.escaped),
+            op,
+            args,
+        });
+    }
+
+    fn base(&self, config: &Config, open: Duration, attempt: u32) -> Args {
+        Args {
+            open_ms: ms(open),
+            min_open_ms: ms(config.min_open),
+            // The record outlives its open period by `max_open` at least: a
+            // fleet that stops probing forgets an outage only after that.
+            keep_ms: ms(open)
+                .saturating_add(ms(config.max_open.max(Duration::from_secs(60))))
+                .saturating_add(ms(self.settings.probe_lease)),
+            attempt,
+            lease_ms: ms(self.settings.probe_lease),
+            successes: config.successes_to_close,
+            ..Args::default()
+        }
+    }
+
+    /// Whether failures under `config` are counted fleet-wide.
+    pub(crate) fn counts_failures(&self, config: &Config) -> bool {
+        self.threshold(config).is_some()
+    }
+
+    fn threshold(&self, config: &Config) -> Option<u32> {
+        self.settings
+            .failures_to_open
+            .or_else(|| consecutive_threshold(&config.trip))
+    }
+
+    /// A closed-state failure: count it in the fleet.
+    pub(crate) fn failure(&self, config: &Config) {
+        let Some(threshold) = self.threshold(config) else {
+            return;
+        };
+        let mut args = self.base(config, config.open_period(0), 0);
+        args.threshold = threshold;
+        args.window_ms = ms(self.settings.failure_window);
+        self.push(Op::Fail, args);
+    }
+
+    /// A closed-state success while the fleet count is not zero.
+    pub(crate) fn reset(&self) {
+        self.push(Op::Reset, Args::default());
+    }
+
+    /// This instance opened the breaker (its policy tripped, or a probe
+    /// failed in fleet generation `known`): tell the fleet.
+    pub(crate) fn opened(&self, config: &Config, open: Duration, attempt: u32, known: u64) {
+        let mut args = self.base(config, open, attempt);
+        args.known_generation = known;
+        self.push(Op::Open, args);
+    }
+
+    /// A probe succeeded in fleet generation `known`.
+    pub(crate) fn probe_succeeded(&self, config: &Config, known: u64) {
+        let mut args = self.base(config, Duration::ZERO, 0);
+        args.known_generation = known;
+        self.push(Op::ProbeOk, args);
+    }
+}

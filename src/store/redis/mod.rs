@@ -1,0 +1,516 @@
+//! One breaker across a fleet: shared state in Redis, with the read path
+//! still local.
+//!
+//! Several instances of a service each keep their own breakers, and each
+//! would otherwise discover an outage on its own and probe the provider on
+//! its own cycle. Attach their breakers to a [`RedisStore`] and the fleet
+//! acts as one breaker per key:
+//!
+//! - **One count.** A closed-state failure is counted in Redis, and the
+//!   decision to open is taken there, atomically, by a script: three
+//!   failures spread over three instances open the breaker for all of them.
+//!   The count opens at the policy's consecutive-failures threshold (the
+//!   smallest in an any-of), or at
+//!   [`failures_to_open`](RedisStoreBuilder::failures_to_open); like a
+//!   streak, a success anywhere resets it. A success costs no Redis write
+//!   unless the shared count is known to be non-zero. Every other policy
+//!   (windows, slow calls) still trips on this instance's evidence, and the
+//!   opening is then shared with the fleet.
+//! - **A local read path.** Admission reads only local memory. Each instance
+//!   refreshes the state of all its keys every
+//!   [`refresh_interval`](RedisStoreBuilder::refresh_interval) (one round
+//!   trip: all keys' reads are in flight at once on one connection), and is
+//!   told of every opening and closing at once by pub/sub, so the fleet
+//!   learns of a trip within milliseconds. Writes go to a background task
+//!   through a bounded queue; a full queue drops the oldest write and counts
+//!   it ([`StoreStats::dropped_writes`]); a request never waits.
+//! - **One prober.** When the fleet's open period ends, an instance must win
+//!   the probe lock (`SET NX` with a
+//!   [`probe_lease`](RedisStoreBuilder::probe_lease)) before its breaker
+//!   goes half-open; the others keep refusing and learn the result from the
+//!   shared state. An instance that dies mid-probe frees the lock when the
+//!   lease expires. Probe successes are counted in Redis, so
+//!   `successes_to_close` holds fleet-wide, and the script closes only once
+//!   `min_open` has passed since the opening. No lock is ever held across a
+//!   user's request except the probe's own.
+//! - **Redis slow or down.** No request waits on it. Each instance keeps
+//!   working on its local breakers, emits [`StoreEvent::Unavailable`] (and,
+//!   with the `metrics` feature, counts the episode) once per episode, and
+//!   when Redis answers again resyncs: it adopts the fleet's openings and
+//!   shares the ones it made meanwhile ([`StoreEvent::Restored`]). A Redis
+//!   that answers something other than what the script returns is treated
+//!   as down.
+//!
+//! # How the state is kept
+//!
+//! Per breaker, under `<prefix>:{<escaped name>}:`, so that all its keys
+//! share one hash tag and its script runs in one slot of a Redis Cluster.
+//! The name is escaped (every byte but ASCII letters, digits, `.`, `_` and
+//! `-` becomes `%XX`), one-to-one, so no name, however hostile (`:`, `*`,
+//! braces, newlines, any length), can reach another breaker's keys or
+//! change the hash tag. The keys: `record` (a hash: fleet generation, failed probe
+//! rounds, probe successes; it expires `max_open` after its open period
+//! ends), `wait` (exists while the open period runs; its time to live is
+//! what is left, measured by Redis, so instances' clocks never matter),
+//! `min_open`, `failures`, `generation` and `probe_lock`. Openings and
+//! closings are published on `<prefix>:events`.
+//!
+//! Locally, an instance that follows a fleet opening keeps its breaker open
+//! for the fleet's period plus [`hold`](RedisStoreBuilder::hold): the time
+//! its task has to take the probe lock (which ends the local period at once)
+//! or learn that another instance holds it (which extends it). A task that
+//! cannot reach Redis lets the hold run out, and the breaker probes on its
+//! own, as a breaker without a store would.
+//!
+//! Manual control ([`Breaker::force_open`] and the others) stays local to
+//! the instance where it is called.
+//!
+//! # Why redis-rs
+//!
+//! Built on [redis-rs](https://docs.rs/redis) (the `redis` crate) rather
+//! than fred: it is the most used Redis client in Rust and is maintained
+//! under the Redis organisation; its `ConnectionManager` reconnects by
+//! itself, its cluster client follows slot moves, its `Script` type loads
+//! scripts on demand, and the features this store needs (tokio, connection
+//! manager, async cluster, scripts) add few dependencies. fred offers as
+//! much and more (sentinel, client tracking, its own pooling), at the price
+//! of a larger dependency tree and an API that owns its reconnection
+//! policy. TLS and authentication come from the URL (`rediss://`,
+//! `redis://user:password@host`), as redis-rs supports them; TLS needs one
+//! of redis-rs's TLS features enabled in the application.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tower_circuit_breaker::store::redis::RedisStore;
+//! use tower_circuit_breaker::{CircuitBreakerLayer, Config};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = RedisStore::builder("redis://127.0.0.1:6379")
+//!     .prefix("checkout")
+//!     .refresh_interval(Duration::from_secs(1))
+//!     .build()?;
+//! let layer = CircuitBreakerLayer::new(Config::builder().name("payments").build()?);
+//! store.attach(&layer.breaker());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! For keyed breakers, give the store to the registry
+//! ([`RegistryBuilder::store`](crate::registry::RegistryBuilder::store)):
+//! every breaker it makes is attached under its key.
+//!
+//! [`Breaker::force_open`]: crate::Breaker::force_open
+
+mod keys;
+mod link;
+mod script;
+mod task;
+
+use std::error::Error;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc};
+
+use crate::error::ConfigError;
+use crate::Breaker;
+
+pub(crate) use link::Link;
+use link::{LinkSettings, Queue};
+
+/// Breaker state shared by a fleet through Redis. Cheap to clone; the
+/// background task stops when the last clone is dropped.
+///
+/// See the [module docs](self) for what is shared and how.
+///
+/// ```no_run
+/// use tower_circuit_breaker::store::redis::RedisStore;
+/// use tower_circuit_breaker::registry::Registry;
+/// use tower_circuit_breaker::Config;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStore::builder("redis://127.0.0.1:6379").prefix("gateway").build()?;
+/// let registry: Registry<String> = Registry::builder()
+///     .default_config(Config::default())
+///     .store(&store)
+///     .build();
+/// let openai = registry.get(&"openai".to_string())?;
+/// assert!(store.is_attached(&openai));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    prefix: String,
+    instance: String,
+    queue: Arc<Queue>,
+    settings: Arc<LinkSettings>,
+    attach: mpsc::UnboundedSender<task::Attached>,
+    events: broadcast::Sender<StoreEvent>,
+    pub(crate) stats: Stats,
+}
+
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub(crate) available: AtomicBool,
+    pub(crate) episodes: AtomicU64,
+    pub(crate) failed_writes: AtomicU64,
+    pub(crate) writes: AtomicU64,
+    pub(crate) refreshes: AtomicU64,
+    pub(crate) messages: AtomicU64,
+    pub(crate) probe_locks_won: AtomicU64,
+}
+
+/// Builds a [`RedisStore`]; [`build`](Self::build) checks every value.
+#[derive(Clone, Debug)]
+pub struct RedisStoreBuilder {
+    urls: Vec<String>,
+    cluster: bool,
+    prefix: String,
+    instance: Option<String>,
+    refresh_interval: Duration,
+    probe_lease: Duration,
+    hold: Duration,
+    command_timeout: Duration,
+    queue_capacity: usize,
+    failures_to_open: Option<u32>,
+    failure_window: Duration,
+}
+
+/// Something the store went through, for logs and alerts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreEvent {
+    /// Redis could not be reached, timed out, or answered garbage: the
+    /// instance runs on its local breakers until it returns. Once per
+    /// episode.
+    Unavailable {
+        /// What went wrong, in words.
+        error: String,
+    },
+    /// Redis answers again; the instance has resynced with the fleet.
+    Restored,
+}
+
+/// The store's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreStats {
+    /// Whether the last exchange with Redis succeeded.
+    pub available: bool,
+    /// Episodes of Redis being unavailable.
+    pub unavailable_episodes: u64,
+    /// Writes dropped because the queue was full, or because Redis was down
+    /// when they were due.
+    pub dropped_writes: u64,
+    /// Writes sent that Redis did not carry out (it failed meanwhile).
+    pub failed_writes: u64,
+    /// Writes carried out.
+    pub writes: u64,
+    /// Bulk refreshes completed.
+    pub refreshes: u64,
+    /// Pub/sub messages taken in.
+    pub messages: u64,
+    /// Times this instance won a probe lock.
+    pub probe_locks_won: u64,
+}
+
+/// Why a [`RedisStore`] could not be built.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A setting is out of range.
+    Config(ConfigError),
+    /// The URL is not one redis-rs accepts.
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `build` was called outside a tokio runtime, which the store's task
+    /// needs.
+    NoRuntime,
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Config(e) => e.fmt(f),
+            StoreError::Url { url, reason } => write!(f, "invalid Redis URL `{url}`: {reason}"),
+            StoreError::NoRuntime => {
+                f.write_str("the Redis store must be built inside a tokio runtime")
+            }
+        }
+    }
+}
+
+impl Error for StoreError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            StoreError::Config(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConfigError> for StoreError {
+    fn from(e: ConfigError) -> Self {
+        StoreError::Config(e)
+    }
+}
+
+impl RedisStore {
+    /// Starts a store on one Redis server, such as `redis://127.0.0.1:6379`
+    /// (`rediss://` for TLS, `redis://user:password@host:port/db` with
+    /// authentication).
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            urls: vec![url.into()],
+            cluster: false,
+            prefix: "circuit-breaker".to_owned(),
+            instance: None,
+            refresh_interval: Duration::from_secs(1),
+            probe_lease: Duration::from_secs(10),
+            hold: Duration::from_secs(1),
+            command_timeout: Duration::from_millis(500),
+            queue_capacity: 4096,
+            failures_to_open: None,
+            failure_window: Duration::from_secs(60),
+        }
+    }
+
+    /// Starts a store on a Redis Cluster, given some of its nodes.
+    pub fn cluster_builder(urls: impl IntoIterator<Item = impl Into<String>>) -> RedisStoreBuilder {
+        let mut builder = Self::builder(String::new());
+        builder.urls = urls.into_iter().map(Into::into).collect();
+        builder.cluster = true;
+        builder
+    }
+
+    /// Shares `breaker`'s state with the fleet under its name; false if it
+    /// already reports to a store. Every instance that attaches a breaker of
+    /// the same name, with the same prefix, shares one breaker.
+    pub fn attach(&self, breaker: &Breaker) -> bool {
+        let escaped: Arc<str> = Arc::from(keys::escape(breaker.name()));
+        let link = Link {
+            escaped: Arc::clone(&escaped),
+            queue: Arc::clone(&self.inner.queue),
+            settings: Arc::clone(&self.inner.settings),
+        };
+        if !breaker.shared.attach_link(link) {
+            return false;
+        }
+        // The task has stopped only if every store handle is gone, and this
+        // is one: sending cannot fail.
+        let _ = self.inner.attach.send(task::Attached {
+            escaped,
+            breaker: Arc::downgrade(&breaker.shared),
+        });
+        true
+    }
+
+    /// Whether `breaker` reports to a store.
+    pub fn is_attached(&self, breaker: &Breaker) -> bool {
+        breaker.shared.has_link()
+    }
+
+    /// Receives the store's events from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// The store's counters.
+    pub fn stats(&self) -> StoreStats {
+        let s = &self.inner.stats;
+        StoreStats {
+            available: s.available.load(Ordering::Relaxed),
+            unavailable_episodes: s.episodes.load(Ordering::Relaxed),
+            dropped_writes: self.inner.queue.dropped.load(Ordering::Relaxed),
+            failed_writes: s.failed_writes.load(Ordering::Relaxed),
+            writes: s.writes.load(Ordering::Relaxed),
+            refreshes: s.refreshes.load(Ordering::Relaxed),
+            messages: s.messages.load(Ordering::Relaxed),
+            probe_locks_won: s.probe_locks_won.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether the last exchange with Redis succeeded.
+    pub fn is_available(&self) -> bool {
+        self.inner.stats.available.load(Ordering::Relaxed)
+    }
+
+    /// This instance's name in probe locks.
+    pub fn instance(&self) -> &str {
+        &self.inner.instance
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.inner.prefix)
+            .field("instance", &self.inner.instance)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl RedisStoreBuilder {
+    /// The prefix of every key and channel name (default `circuit-breaker`):
+    /// applications that share a Redis keep apart by it. It may not contain
+    /// `{`, `}` or white space.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// This instance's name in probe locks (default: random).
+    pub fn instance(mut self, name: impl Into<String>) -> Self {
+        self.instance = Some(name.into());
+        self
+    }
+
+    /// How often the state of every attached key is read back in bulk
+    /// (default 1 s): the bound on how stale an instance's view can be when
+    /// a pub/sub message was lost, and how often an unavailable Redis is
+    /// tried again.
+    pub fn refresh_interval(mut self, interval: Duration) -> Self {
+        self.refresh_interval = interval;
+        self
+    }
+
+    /// How long the probe lock is held (default 10 s): it should cover a
+    /// probe's duration and be shorter than the open period. A prober that
+    /// dies frees it when it expires; a prober still half-open renews it.
+    pub fn probe_lease(mut self, lease: Duration) -> Self {
+        self.probe_lease = lease;
+        self
+    }
+
+    /// How long past the fleet's open period (or another instance's probe
+    /// lease) this instance keeps refusing while waiting for word from Redis
+    /// (default 1 s). If Redis stays silent that long, the breaker probes on
+    /// its own. Must exceed the command timeout.
+    pub fn hold(mut self, hold: Duration) -> Self {
+        self.hold = hold;
+        self
+    }
+
+    /// How long one exchange with Redis may take before Redis counts as
+    /// unavailable (default 500 ms).
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Writes that may wait for the background task (default 4,096); past
+    /// that the oldest is dropped and counted.
+    pub fn queue_capacity(mut self, capacity: usize) -> Self {
+        self.queue_capacity = capacity;
+        self
+    }
+
+    /// Failures (with no success in between, anywhere in the fleet) that
+    /// open a breaker fleet-wide, whatever its policy. By default, the
+    /// policy's consecutive-failures threshold; a policy without one is not
+    /// counted fleet-wide (its openings are still shared).
+    pub fn failures_to_open(mut self, failures: u32) -> Self {
+        self.failures_to_open = Some(failures);
+        self
+    }
+
+    /// How long the fleet's count remembers a failure with no further
+    /// failure (default 60 s).
+    pub fn failure_window(mut self, window: Duration) -> Self {
+        self.failure_window = window;
+        self
+    }
+
+    /// Checks the settings and starts the store's background task, which
+    /// connects (and reconnects) by itself: Redis need not be up yet. Must
+    /// be called inside a tokio runtime.
+    pub fn build(self) -> Result<RedisStore, StoreError> {
+        let bad = |field: &str, problem: &str| StoreError::Config(ConfigError::new(field, problem));
+        keys::check_prefix(&self.prefix).map_err(|p| bad("prefix", p))?;
+        if self.urls.is_empty() {
+            return Err(bad("urls", "must name at least one node"));
+        }
+        for (field, d) in [
+            ("refresh_interval", self.refresh_interval),
+            ("probe_lease", self.probe_lease),
+            ("hold", self.hold),
+            ("command_timeout", self.command_timeout),
+            ("failure_window", self.failure_window),
+        ] {
+            if d < Duration::from_millis(1) {
+                return Err(bad(field, "must be at least 1 ms"));
+            }
+        }
+        if self.hold <= self.command_timeout {
+            return Err(bad("hold", "must be longer than command_timeout"));
+        }
+        if self.queue_capacity == 0 {
+            return Err(bad("queue_capacity", "must be at least 1"));
+        }
+        if self.failures_to_open == Some(0) {
+            return Err(bad("failures_to_open", "must be at least 1"));
+        }
+        let backend = task::Backend::new(&self.urls, self.cluster, self.command_timeout)?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
+        let instance = self.instance.unwrap_or_else(random_instance);
+        let (attach, attached) = mpsc::unbounded_channel();
+        let inner = Arc::new(Inner {
+            prefix: self.prefix,
+            instance,
+            queue: Arc::new(Queue::new(self.queue_capacity)),
+            settings: Arc::new(LinkSettings {
+                failures_to_open: self.failures_to_open,
+                failure_window: self.failure_window,
+                probe_lease: self.probe_lease,
+            }),
+            attach,
+            events: broadcast::channel(16).0,
+            stats: Stats::default(),
+        });
+        let task = task::Task::new(
+            backend,
+            Arc::downgrade(&inner),
+            Arc::clone(&inner.queue),
+            attached,
+            task::Timing {
+                refresh: self.refresh_interval,
+                hold: self.hold,
+                lease: self.probe_lease,
+                command_timeout: self.command_timeout,
+            },
+            task::Names {
+                prefix: inner.prefix.clone(),
+                channel: keys::channel(&inner.prefix),
+                instance: inner.instance.clone(),
+            },
+            inner.events.clone(),
+        );
+        runtime.spawn(task.run());
+        Ok(RedisStore { inner })
+    }
+}
+
+fn random_instance() -> String {
+    use std::collections::hash_map::RandomState;
+    use std::hash::BuildHasher;
+    format!("{:016x}", RandomState::new().hash_one(std::process::id()))
+}

@@ -1,0 +1,765 @@
+//! The store's background task: it alone talks to Redis.
+//!
+//! It drains the write queue (every write of a batch in flight at once on
+//! one multiplexed connection), reads back the state of every attached key
+//! each refresh interval, takes pub/sub messages from the subscriber task,
+//! and tries the probe lock when a key's open period ends. Every answer goes
+//! back into the local breakers through the `fleet_*` transitions. Every
+//! exchange has a timeout; a failed or garbled exchange marks Redis
+//! unavailable until one succeeds again.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use futures_util::StreamExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{RedisError, RedisResult, Script, ScriptInvocation, Value};
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::{timeout, Instant};
+
+use super::keys::Keys;
+use super::link::{Queue, Write};
+use super::script::{invocation, script, Args, Op, Reply};
+use super::{Inner, StoreError, StoreEvent};
+use crate::breaker::shared::Shared;
+
+/// A breaker to share, sent by [`RedisStore::attach`](super::RedisStore::attach).
+pub(crate) struct Attached {
+    pub(crate) escaped: Arc<str>,
+    pub(crate) breaker: Weak<Shared>,
+}
+
+pub(crate) struct Timing {
+    pub(crate) refresh: Duration,
+    pub(crate) hold: Duration,
+    pub(crate) lease: Duration,
+    pub(crate) command_timeout: Duration,
+}
+
+pub(crate) struct Names {
+    pub(crate) prefix: String,
+    pub(crate) channel: String,
+    pub(crate) instance: String,
+}
+
+/// Where Redis is.
+pub(crate) enum Backend {
+    Single(redis::Client),
+    /// The cluster, and its first node for pub/sub (a Cluster delivers every
+    /// message to subscribers on any node).
+    Cluster(Box<ClusterClient>, redis::Client),
+}
+
+impl Backend {
+    pub(crate) fn new(
+        urls: &[String],
+        cluster: bool,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
+        let bad_url = |url: &str, e: RedisError| StoreError::Url {
+            url: url.to_owned(),
+            reason: e.to_string(),
+        };
+        let first = urls.first().map(String::as_str).unwrap_or_default();
+        let client = redis::Client::open(first).map_err(|e| bad_url(first, e))?;
+        if !cluster {
+            return Ok(Backend::Single(client));
+        }
+        for url in urls {
+            redis::Client::open(url.as_str()).map_err(|e| bad_url(url, e))?;
+        }
+        let cluster = ClusterClient::builder(urls.iter().map(String::as_str))
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .retries(1)
+            .build()
+            .map_err(|e| bad_url(first, e))?;
+        Ok(Backend::Cluster(Box::new(cluster), client))
+    }
+
+    async fn connect(&self, limit: Duration) -> RedisResult<Conn> {
+        let attempt = async {
+            match self {
+                Backend::Single(client) => {
+                    let config = ConnectionManagerConfig::new()
+                        .set_connection_timeout(limit)
+                        .set_response_timeout(limit)
+                        .set_number_of_retries(1);
+                    client
+                        .get_connection_manager_with_config(config)
+                        .await
+                        .map(Conn::Single)
+                }
+                Backend::Cluster(cluster, _) => cluster
+                    .get_async_connection()
+                    .await
+                    .map(|c| Conn::Cluster(Box::new(c))),
+            }
+        };
+        match timeout(limit, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(timed_out()),
+        }
+    }
+
+    fn pubsub_client(&self) -> redis::Client {
+        match self {
+            Backend::Single(client) | Backend::Cluster(_, client) => client.clone(),
+        }
+    }
+}
+
+fn timed_out() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "Redis did not answer in time",
+    ))
+}
+
+fn garbage(what: &str) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::TypeError,
+        "unexpected answer from Redis",
+        what.to_owned(),
+    ))
+}
+
+/// A connection that reconnects by itself; clones share it.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(Box<ClusterConnection>),
+}
+
+impl Conn {
+    async fn invoke(&mut self, call: &ScriptInvocation<'_>) -> RedisResult<Value> {
+        match self {
+            Conn::Single(c) => call.invoke_async(c).await,
+            Conn::Cluster(c) => call.invoke_async(c.as_mut()).await,
+        }
+    }
+
+    async fn pipe(&mut self, pipe: &redis::Pipeline) -> RedisResult<Value> {
+        match self {
+            Conn::Single(c) => pipe.query_async(c).await,
+            Conn::Cluster(c) => pipe.query_async(c.as_mut()).await,
+        }
+    }
+
+    async fn ping(&mut self) -> RedisResult<()> {
+        let reply: String = match self {
+            Conn::Single(c) => redis::cmd("PING").query_async(c).await?,
+            Conn::Cluster(c) => redis::cmd("PING").query_async(c.as_mut()).await?,
+        };
+        if reply == "PONG" {
+            Ok(())
+        } else {
+            Err(garbage(&reply))
+        }
+    }
+}
+
+/// What the subscriber task passes on.
+enum Message {
+    /// (Re)subscribed: messages may have been missed; refresh.
+    Subscribed,
+    Open {
+        escaped: String,
+        generation: u64,
+        left_ms: u64,
+        attempt: u32,
+    },
+    Close {
+        escaped: String,
+        generation: u64,
+    },
+}
+
+impl Message {
+    fn parse(payload: &str) -> Option<Message> {
+        let mut words = payload.split(' ');
+        let kind = words.next()?;
+        let generation = words.next()?.parse().ok()?;
+        let message = match kind {
+            "open" => {
+                let left_ms = words.next()?.parse().ok()?;
+                let attempt = words.next()?.parse().ok()?;
+                Message::Open {
+                    escaped: words.next()?.to_owned(),
+                    generation,
+                    left_ms,
+                    attempt,
+                }
+            }
+            "close" => Message::Close {
+                escaped: words.next()?.to_owned(),
+                generation,
+            },
+            _ => return None,
+        };
+        words.next().is_none().then_some(message)
+    }
+}
+
+/// Subscribes to the channel, forever: reconnects after a pause whenever
+/// the subscription ends.
+async fn subscriber(
+    client: redis::Client,
+    channel: String,
+    messages: mpsc::Sender<Message>,
+    pause: Duration,
+    limit: Duration,
+) {
+    loop {
+        if let Ok(Ok(mut pubsub)) = timeout(limit, client.get_async_pubsub()).await {
+            if let Ok(Ok(())) = timeout(limit, pubsub.subscribe(&channel)).await {
+                if messages.send(Message::Subscribed).await.is_err() {
+                    return;
+                }
+                let mut stream = pubsub.into_on_message();
+                while let Some(msg) = stream.next().await {
+                    let Ok(payload) = msg.get_payload::<String>() else {
+                        continue;
+                    };
+                    if let Some(message) = Message::parse(&payload) {
+                        if messages.send(message).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(pause).await;
+    }
+}
+
+struct Entry {
+    keys: Keys,
+    breakers: Vec<Weak<Shared>>,
+    /// When to try the probe lock next.
+    next_probe: Option<Instant>,
+    /// The fleet generation whose probe lock this instance holds.
+    won: Option<u64>,
+}
+
+impl Entry {
+    fn live(&mut self) -> Vec<Arc<Shared>> {
+        self.breakers.retain(|b| b.strong_count() > 0);
+        self.breakers.iter().filter_map(Weak::upgrade).collect()
+    }
+}
+
+pub(crate) struct Task {
+    backend: Backend,
+    conn: Option<Conn>,
+    script: Script,
+    inner: Weak<Inner>,
+    queue: Arc<Queue>,
+    attached: mpsc::UnboundedReceiver<Attached>,
+    timing: Timing,
+    names: Names,
+    events: broadcast::Sender<StoreEvent>,
+    entries: HashMap<Arc<str>, Entry>,
+    /// Whether Redis counts as available; `None` before the first exchange.
+    available: Option<bool>,
+}
+
+/// Writes carried out in one batch, at most.
+const BATCH: usize = 256;
+
+impl Task {
+    pub(crate) fn new(
+        backend: Backend,
+        inner: Weak<Inner>,
+        queue: Arc<Queue>,
+        attached: mpsc::UnboundedReceiver<Attached>,
+        timing: Timing,
+        names: Names,
+        events: broadcast::Sender<StoreEvent>,
+    ) -> Self {
+        Task {
+            backend,
+            conn: None,
+            script: script(),
+            inner,
+            queue,
+            attached,
+            timing,
+            names,
+            events,
+            entries: HashMap::new(),
+            available: None,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        let (tx, mut messages) = mpsc::channel(1024);
+        let subscriber = tokio::spawn(subscriber(
+            self.backend.pubsub_client(),
+            self.names.channel.clone(),
+            tx,
+            self.timing.refresh,
+            self.timing.command_timeout,
+        ));
+        let _stop_subscriber = AbortOnDrop(subscriber.abort_handle());
+        let mut next_refresh = Instant::now();
+        loop {
+            let wake = self
+                .entries
+                .values()
+                .filter_map(|e| e.next_probe)
+                .fold(next_refresh, Instant::min);
+            tokio::select! {
+                attached = self.attached.recv() => match attached {
+                    // Every store handle is gone.
+                    None => return,
+                    Some(attached) => {
+                        self.add(attached);
+                        next_refresh = Instant::now();
+                    }
+                },
+                Some(message) = messages.recv() => {
+                    if self.on_message(message) {
+                        next_refresh = Instant::now();
+                    }
+                }
+                () = self.queue.notify.notified() => self.flush().await,
+                () = tokio::time::sleep_until(wake) => {}
+            }
+            if Instant::now() >= next_refresh {
+                self.refresh().await;
+                next_refresh = Instant::now() + self.timing.refresh;
+            }
+            self.probe_due().await;
+        }
+    }
+
+    fn add(&mut self, attached: Attached) {
+        let prefix = &self.names.prefix;
+        let entry = self
+            .entries
+            .entry(Arc::clone(&attached.escaped))
+            .or_insert_with(|| Entry {
+                keys: Keys::new(prefix, &attached.escaped),
+                breakers: Vec::new(),
+                next_probe: None,
+                won: None,
+            });
+        entry.breakers.push(attached.breaker);
+    }
+
+    /// The connection, made if need be.
+    async fn conn(&mut self) -> RedisResult<Conn> {
+        if let Some(conn) = &self.conn {
+            return Ok(conn.clone());
+        }
+        let conn = self.backend.connect(self.timing.command_timeout).await?;
+        self.conn = Some(conn.clone());
+        Ok(conn)
+    }
+
+    fn stats(&self) -> Option<Arc<Inner>> {
+        self.inner.upgrade()
+    }
+
+    fn mark_down(&mut self, error: &RedisError) {
+        if let Some(inner) = self.stats() {
+            inner.stats.available.store(false, Ordering::Relaxed);
+            if self.available == Some(false) {
+                return;
+            }
+            inner.stats.episodes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.available = Some(false);
+        tracing::warn!(
+            store = "redis",
+            error = %error,
+            "shared breaker state unavailable: instances run on their local breakers"
+        );
+        #[cfg(feature = "metrics")]
+        crate::metrics::store_unavailable();
+        let _ = self.events.send(StoreEvent::Unavailable {
+            error: error.to_string(),
+        });
+    }
+
+    fn mark_up(&mut self) {
+        if let Some(inner) = self.stats() {
+            inner.stats.available.store(true, Ordering::Relaxed);
+        }
+        #[cfg(feature = "metrics")]
+        crate::metrics::store_available(true);
+        if self.available.replace(true) == Some(false) {
+            tracing::info!(store = "redis", "shared breaker state available again");
+            let _ = self.events.send(StoreEvent::Restored);
+        }
+    }
+
+    fn is_down(&self) -> bool {
+        self.available == Some(false)
+    }
+
+    /// Carries out queued writes, a batch at a time, unless Redis is down
+    /// (then they wait, bounded, for its return).
+    async fn flush(&mut self) {
+        if self.is_down() {
+            return;
+        }
+        let batch = self.queue.take(BATCH);
+        if batch.is_empty() {
+            return;
+        }
+        let n = batch.len() as u64;
+        let sent = self.send(batch).await;
+        if let Some(inner) = self.stats() {
+            let counter = if sent {
+                &inner.stats.writes
+            } else {
+                &inner.stats.failed_writes
+            };
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
+        if sent {
+            // More may be waiting: come back at once.
+            self.queue.notify.notify_one();
+        }
+    }
+
+    /// Reads back the state of every attached key, all reads in flight at
+    /// once; with no key, checks that Redis answers.
+    async fn refresh(&mut self) {
+        let conn = match self.conn().await {
+            Ok(conn) => conn,
+            Err(e) => return self.mark_down(&e),
+        };
+        self.entries.retain(|_, e| !e.live().is_empty());
+        if self.entries.is_empty() {
+            let mut conn = conn;
+            return match timeout(self.timing.command_timeout, conn.ping()).await {
+                Ok(Ok(())) => self.mark_up(),
+                Ok(Err(e)) => self.mark_down(&e),
+                Err(_) => self.mark_down(&timed_out()),
+            };
+        }
+        let names: Vec<Arc<str>> = self.entries.keys().cloned().collect();
+        let futures = names.iter().map(|name| {
+            let keys = &self.entries[name].keys;
+            let mut pipe = redis::pipe();
+            pipe.cmd("HMGET")
+                .arg(&keys.record)
+                .arg("gen")
+                .arg("attempt");
+            pipe.cmd("PTTL").arg(&keys.wait);
+            pipe.cmd("GET").arg(&keys.failures);
+            let mut conn = conn.clone();
+            async move { conn.pipe(&pipe).await }
+        });
+        let replies = match timeout(self.timing.command_timeout, join_all(futures)).await {
+            Ok(replies) => replies,
+            Err(_) => return self.mark_down(&timed_out()),
+        };
+        let mut parsed = Vec::with_capacity(replies.len());
+        for (name, reply) in names.into_iter().zip(replies) {
+            match reply.and_then(|v| read_state(&v).ok_or_else(|| garbage(&format!("{v:?}")))) {
+                Ok(reply) => parsed.push((name, reply)),
+                Err(e) => return self.mark_down(&e),
+            }
+        }
+        self.mark_up();
+        if let Some(inner) = self.stats() {
+            inner.stats.refreshes.fetch_add(1, Ordering::Relaxed);
+        }
+        for (name, reply) in parsed {
+            self.apply(&name, reply);
+        }
+    }
+
+    /// Tries the probe lock of every key whose time has come.
+    async fn probe_due(&mut self) {
+        if self.is_down() {
+            // The holds run out by themselves; local breakers probe.
+            for entry in self.entries.values_mut() {
+                entry.next_probe = None;
+            }
+            return;
+        }
+        let now = Instant::now();
+        let due: Vec<Arc<str>> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.next_probe.is_some_and(|at| at <= now))
+            .map(|(name, _)| Arc::clone(name))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        for name in &due {
+            if let Some(entry) = self.entries.get_mut(name) {
+                entry.next_probe = None;
+            }
+        }
+        let batch: Vec<Write> = due
+            .into_iter()
+            .map(|escaped| Write {
+                escaped,
+                op: Op::Probe,
+                args: Args {
+                    lease_ms: u64::try_from(self.timing.lease.as_millis()).unwrap_or(u64::MAX),
+                    ..Args::default()
+                },
+            })
+            .collect();
+        self.send(batch).await;
+    }
+
+    /// Carries out `batch`, every call in flight at once, and applies the
+    /// answers; false (and Redis marked down) if any failed.
+    async fn send(&mut self, batch: Vec<Write>) -> bool {
+        let conn = match self.conn().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                self.mark_down(&e);
+                return false;
+            }
+        };
+        let keyed: Vec<(Keys, &Write)> = batch
+            .iter()
+            .map(|w| (Keys::new(&self.names.prefix, &w.escaped), w))
+            .collect();
+        let (channel, instance, script) = (
+            self.names.channel.as_str(),
+            self.names.instance.as_str(),
+            &self.script,
+        );
+        let futures = keyed.iter().map(|(keys, w)| {
+            let mut conn = conn.clone();
+            let call = invocation(script, keys, w.op, (channel, &w.escaped, instance), &w.args);
+            async move { conn.invoke(&call).await }
+        });
+        let replies = match timeout(self.timing.command_timeout, join_all(futures)).await {
+            Ok(replies) => replies,
+            Err(_) => {
+                self.mark_down(&timed_out());
+                return false;
+            }
+        };
+        let mut parsed = Vec::with_capacity(replies.len());
+        for (reply, write) in replies.into_iter().zip(&batch) {
+            match reply.and_then(|v| Reply::parse(&v).ok_or_else(|| garbage(&format!("{v:?}")))) {
+                Ok(reply) => parsed.push((Arc::clone(&write.escaped), reply)),
+                Err(e) => {
+                    self.mark_down(&e);
+                    return false;
+                }
+            }
+        }
+        self.mark_up();
+        for (escaped, reply) in parsed {
+            self.apply(&escaped, reply);
+        }
+        true
+    }
+
+    /// Returns whether a refresh is due.
+    fn on_message(&mut self, message: Message) -> bool {
+        if let Some(inner) = self.stats() {
+            inner.stats.messages.fetch_add(1, Ordering::Relaxed);
+        }
+        match message {
+            Message::Subscribed => return true,
+            Message::Open {
+                escaped,
+                generation,
+                left_ms,
+                attempt,
+            } => {
+                if self.entries.contains_key(escaped.as_str()) {
+                    let reply = Reply::Open {
+                        generation,
+                        left_ms,
+                        attempt,
+                    };
+                    self.apply(&Arc::from(escaped), reply);
+                }
+            }
+            Message::Close {
+                escaped,
+                generation,
+            } => {
+                if let Some(entry) = self.entries.get_mut(escaped.as_str()) {
+                    entry.next_probe = None;
+                    entry.won = None;
+                    for breaker in entry.live() {
+                        breaker.fleet_closed(Some(generation), 0);
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    /// Brings the local breakers of `escaped` in line with `reply`.
+    fn apply(&mut self, escaped: &Arc<str>, reply: Reply) {
+        let hold_ms = u64::try_from(self.timing.hold.as_millis()).unwrap_or(u64::MAX);
+        let lease = self.timing.lease;
+        let won_before = self.entries.get(escaped).and_then(|e| e.won);
+        let Some(entry) = self.entries.get_mut(escaped) else {
+            return;
+        };
+        let now = Instant::now();
+        let breakers = entry.live();
+        match reply {
+            Reply::Closed { failures } => {
+                entry.next_probe = None;
+                entry.won = None;
+                for breaker in breakers {
+                    breaker.fleet_closed(None, failures);
+                }
+            }
+            Reply::Open {
+                generation,
+                left_ms,
+                attempt,
+            } => {
+                for breaker in &breakers {
+                    breaker.fleet_open(generation, left_ms, attempt, hold_ms, false);
+                }
+                // Holding the lock of this round: its lease decides when to
+                // look again.
+                if !(left_ms == 0 && entry.won == Some(generation)) {
+                    entry.won = None;
+                    entry.next_probe = Some(now + Duration::from_millis(left_ms));
+                }
+            }
+            Reply::ProbeWon {
+                generation,
+                attempt,
+            } => {
+                entry.won = Some(generation);
+                entry.next_probe = Some(now + lease);
+                for breaker in &breakers {
+                    breaker.fleet_probe_won(generation, attempt);
+                }
+                if won_before != Some(generation) {
+                    if let Some(inner) = self.inner.upgrade() {
+                        inner.stats.probe_locks_won.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Reply::ProbeHeld {
+                generation,
+                lease_ms,
+                attempt,
+            } => {
+                entry.won = None;
+                entry.next_probe = Some(now + Duration::from_millis(lease_ms));
+                for breaker in &breakers {
+                    breaker.fleet_open(generation, lease_ms, attempt, hold_ms, true);
+                }
+            }
+        }
+    }
+}
+
+/// A key's state from its bulk read: `[[gen, attempt], pttl(wait),
+/// failures]`.
+fn read_state(value: &Value) -> Option<Reply> {
+    let Value::Array(parts) = value else {
+        return None;
+    };
+    let [Value::Array(record), Value::Int(wait), failures] = parts.as_slice() else {
+        return None;
+    };
+    let number = |v: &Value| -> Option<Option<u64>> {
+        match v {
+            Value::Nil => Some(None),
+            Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok().map(Some),
+            Value::Int(i) => u64::try_from(*i).ok().map(Some),
+            _ => None,
+        }
+    };
+    let [generation, attempt] = record.as_slice() else {
+        return None;
+    };
+    let failures = number(failures)?.unwrap_or(0);
+    match (number(generation)?, number(attempt)?) {
+        (None, _) => Some(Reply::Closed { failures }),
+        (Some(generation), attempt) => Some(Reply::Open {
+            generation,
+            left_ms: u64::try_from(*wait).unwrap_or(0),
+            attempt: u32::try_from(attempt.unwrap_or(0)).ok()?,
+        }),
+    }
+}
+
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_parse_strictly() {
+        assert!(matches!(
+            Message::parse("open 3 500 1 a%3Ab"),
+            Some(Message::Open { generation: 3, left_ms: 500, attempt: 1, ref escaped }) if escaped == "a%3Ab"
+        ));
+        assert!(matches!(
+            Message::parse("close 3 x"),
+            Some(Message::Close { generation: 3, .. })
+        ));
+        for garbage in [
+            "",
+            "open",
+            "open x 1 1 a",
+            "close 3",
+            "close 3 a b",
+            "shut 3 a",
+        ] {
+            assert!(Message::parse(garbage).is_none(), "{garbage:?}");
+        }
+    }
+
+    #[test]
+    fn bulk_reads_of_the_wrong_shape_are_garbage() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let closed = Value::Array(vec![
+            Value::Array(vec![Value::Nil, Value::Nil]),
+            Value::Int(-2),
+            bulk("2"),
+        ]);
+        assert_eq!(read_state(&closed), Some(Reply::Closed { failures: 2 }));
+        let open = Value::Array(vec![
+            Value::Array(vec![bulk("4"), bulk("1")]),
+            Value::Int(250),
+            Value::Nil,
+        ]);
+        assert_eq!(
+            read_state(&open),
+            Some(Reply::Open {
+                generation: 4,
+                left_ms: 250,
+                attempt: 1
+            })
+        );
+        let wrong = Value::Array(vec![Value::Okay, Value::Int(1), Value::Nil]);
+        assert_eq!(read_state(&wrong), None);
+        let text = Value::Array(vec![
+            Value::Array(vec![bulk("four"), bulk("1")]),
+            Value::Int(250),
+            Value::Nil,
+        ]);
+        assert_eq!(read_state(&text), None);
+    }
+}

@@ -1,0 +1,559 @@
+//! One breaker across a fleet, against a real `redis-server` on a free
+//! loopback port (started and stopped here; a missing binary fails with a
+//! message saying what to install). Each "instance" is its own
+//! `RedisStore` (its own connections) with its own local breaker of the
+//! same name, as separate processes would be.
+//!
+//! Redis expiry runs on real time, so these tests use short real durations,
+//! wait for conditions with a generous deadline, and assert counts and
+//! states, never how long something took (except lower bounds, which a
+//! slow machine cannot break).
+
+mod redis_support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis_support::{free_port, GarbageServer, RedisServer};
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+use tower::{BoxError, Service, ServiceExt};
+use tower_circuit_breaker::policy::{ConsecutiveFailures, TripReason};
+use tower_circuit_breaker::store::redis::{RedisStore, RedisStoreBuilder, StoreError, StoreEvent};
+use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, CircuitOpen, Config, State};
+
+/// The upstream every instance calls: fails or succeeds on command, and
+/// counts the calls that reach it.
+#[derive(Clone, Default)]
+struct Upstream {
+    failing: Arc<AtomicBool>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Upstream {
+    fn failing() -> Self {
+        let upstream = Upstream::default();
+        upstream.failing.store(true, Ordering::SeqCst);
+        upstream
+    }
+    fn recover(&self) {
+        self.failing.store(false, Ordering::SeqCst);
+    }
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answer {
+    Answered,
+    Failed,
+    Refused,
+}
+
+type Svc =
+    tower_circuit_breaker::CircuitBreaker<tower::util::BoxCloneSyncService<(), (), BoxError>>;
+
+struct Instance {
+    store: RedisStore,
+    breaker: Breaker,
+    service: Svc,
+}
+
+impl Instance {
+    fn new(store: RedisStoreBuilder, config: Config, upstream: &Upstream) -> Self {
+        let store = store.build().expect("a valid store");
+        let layer = CircuitBreakerLayer::new(config);
+        let breaker = layer.breaker();
+        assert!(store.attach(&breaker));
+        let upstream = upstream.clone();
+        let inner = tower::util::BoxCloneSyncService::new(tower::service_fn(move |()| {
+            upstream.calls.fetch_add(1, Ordering::SeqCst);
+            let failing = upstream.failing.load(Ordering::SeqCst);
+            async move {
+                if failing {
+                    Err::<(), BoxError>("upstream failed".into())
+                } else {
+                    Ok(())
+                }
+            }
+        }));
+        let service = tower::Layer::layer(&layer, inner);
+        Instance {
+            store,
+            breaker,
+            service,
+        }
+    }
+
+    /// One request, and what became of it.
+    async fn request(&mut self) -> Answer {
+        let service = self
+            .service
+            .ready()
+            .await
+            .expect("never an error from poll_ready");
+        match service.call(()).await {
+            Ok(()) => Answer::Answered,
+            Err(e) if e.is::<CircuitOpen>() => Answer::Refused,
+            Err(_) => Answer::Failed,
+        }
+    }
+
+    fn state(&self) -> State {
+        self.breaker.state()
+    }
+}
+
+fn store(server: &RedisServer, prefix: &str) -> RedisStoreBuilder {
+    RedisStore::builder(server.url())
+        .prefix(prefix)
+        .refresh_interval(Duration::from_millis(200))
+        .probe_lease(Duration::from_millis(800))
+        .hold(Duration::from_millis(400))
+        .command_timeout(Duration::from_millis(200))
+}
+
+fn config(name: &str, failures: u32, open: Duration) -> Config {
+    Config::builder()
+        .name(name)
+        .trip(ConsecutiveFailures::new(failures))
+        .cooldown(open)
+        .backoff(1.0)
+        .build()
+        .expect("a valid config")
+}
+
+/// Waits (real time) until `done` holds; fails after 10 s naming `what`.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until every store has read the shared state once (its first
+/// refresh, made when the breaker was attached).
+async fn synced(instances: &[Instance]) {
+    eventually("every instance refreshed once", || {
+        instances.iter().all(|i| i.store.stats().refreshes > 0)
+    })
+    .await;
+}
+
+async fn next_event(events: &mut broadcast::Receiver<StoreEvent>) -> StoreEvent {
+    tokio::time::timeout(Duration::from_secs(10), events.recv())
+        .await
+        .expect("a store event within 10 s")
+        .expect("the store is alive")
+}
+
+#[tokio::test]
+async fn failures_split_across_three_instances_open_all_three_by_pubsub() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    // Refreshing once a minute: within this test, only pub/sub can tell an
+    // instance of the opening.
+    let mut fleet: Vec<Instance> = (0..3)
+        .map(|_| {
+            let builder = store(&server, "split").refresh_interval(Duration::from_secs(60));
+            Instance::new(
+                builder,
+                config("llm", 3, Duration::from_secs(30)),
+                &upstream,
+            )
+        })
+        .collect();
+    synced(&fleet).await;
+    eventually("every instance subscribed", || {
+        fleet.iter().all(|i| i.store.stats().messages > 0)
+    })
+    .await;
+    // Subscribing makes one more refresh (messages may have been missed
+    // before): let it finish, then count.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let refreshes: Vec<u64> = fleet.iter().map(|i| i.store.stats().refreshes).collect();
+    let mut transitions: Vec<_> = fleet.iter().map(|i| i.breaker.subscribe()).collect();
+    for instance in &mut fleet {
+        assert_eq!(instance.request().await, Answer::Failed);
+        // Each failure is counted before the next instance fails, as
+        // failures spread over time would be.
+        let writes = instance.store.stats().writes;
+        eventually("the failure written", || {
+            instance.store.stats().writes > writes
+        })
+        .await;
+    }
+    eventually("all three open", || {
+        fleet.iter().all(|i| i.state() == State::Open)
+    })
+    .await;
+    for ((instance, events), refreshes) in fleet.iter_mut().zip(&mut transitions).zip(refreshes) {
+        assert_eq!(
+            instance.store.stats().refreshes,
+            refreshes,
+            "learnt without a refresh"
+        );
+        let event = events.try_recv().expect("one transition each");
+        assert_eq!(event.to, State::Open);
+        // No instance saw three failures itself: the fleet decided.
+        assert_eq!(event.reason, Some(TripReason::Shared));
+        assert!(
+            instance.request().await == Answer::Refused,
+            "refused at once"
+        );
+    }
+    assert_eq!(upstream.calls(), 3);
+}
+
+#[tokio::test]
+async fn eight_instances_send_at_most_one_probe_per_open_period() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let open = Duration::from_millis(300);
+    let mut fleet: Vec<Instance> = (0..8)
+        .map(|_| Instance::new(store(&server, "eight"), config("llm", 1, open), &upstream))
+        .collect();
+    synced(&fleet).await;
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    eventually("all eight open", || {
+        fleet.iter().all(|i| i.state() == State::Open)
+    })
+    .await;
+    let before = upstream.calls();
+    let started = Instant::now();
+    // Every instance sends a request every 10 ms for 3 s.
+    while started.elapsed() < Duration::from_secs(3) {
+        for instance in &mut fleet {
+            instance.request().await;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let probes = upstream.calls() - before;
+    let periods = started.elapsed().as_millis() / open.as_millis() + 1;
+    eprintln!("8 instances: {probes} probes in {periods} open periods");
+    assert!(probes >= 1, "the fleet probes");
+    assert!(
+        probes as u128 <= periods,
+        "{probes} probes in {periods} periods: more than one per period"
+    );
+    let locks: u64 = fleet.iter().map(|i| i.store.stats().probe_locks_won).sum();
+    assert!(locks as usize >= probes, "every probe came with the lock");
+}
+
+#[tokio::test]
+async fn two_successes_close_it_for_all_and_min_open_holds() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let min_open = Duration::from_millis(800);
+    let config = Config::builder()
+        .name("llm")
+        .trip(ConsecutiveFailures::new(1))
+        .cooldown(Duration::from_millis(100))
+        .min_open(min_open)
+        .successes_to_close(2)
+        .probes(1)
+        .build()
+        .unwrap();
+    let mut fleet: Vec<Instance> = (0..3)
+        .map(|_| Instance::new(store(&server, "close"), config.clone(), &upstream))
+        .collect();
+    synced(&fleet).await;
+    let mut closings = fleet[2].breaker.subscribe();
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    let opened = Instant::now();
+    eventually("all open", || {
+        fleet.iter().all(|i| i.state() == State::Open)
+    })
+    .await;
+    // The provider recovers at once; probes would succeed immediately.
+    upstream.recover();
+    let mut successes = 0;
+    while successes < 2 {
+        for instance in &mut fleet[..2] {
+            if instance.request().await == Answer::Answered {
+                successes += 1;
+                if successes == 1 {
+                    // One success is not evidence enough anywhere.
+                    assert!(fleet.iter().all(|i| i.state() != State::Closed));
+                }
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eventually("all three closed", || {
+        fleet.iter().all(|i| i.state() == State::Closed)
+    })
+    .await;
+    assert!(
+        opened.elapsed() >= min_open,
+        "closed before min_open had passed"
+    );
+    assert_eq!(upstream.calls(), 3, "one failure, then exactly two probes");
+    // The third instance never called the upstream: it followed the fleet.
+    let mut last = None;
+    while let Ok(t) = closings.try_recv() {
+        last = Some(t);
+    }
+    let last = last.expect("the third instance saw transitions");
+    assert_eq!(last.to, State::Closed);
+    assert_eq!(last.reason, Some(TripReason::Shared));
+}
+
+#[tokio::test]
+async fn killed_redis_leaves_requests_local_and_a_restart_resyncs() {
+    let mut server = RedisServer::start();
+    let upstream = Upstream::default();
+    let mut fleet: Vec<Instance> = (0..2)
+        .map(|_| {
+            Instance::new(
+                store(&server, "kill"),
+                config("llm", 2, Duration::from_secs(30)),
+                &upstream,
+            )
+        })
+        .collect();
+    synced(&fleet).await;
+    let mut events: Vec<_> = fleet.iter().map(|i| i.store.subscribe()).collect();
+    server.kill();
+    for events in &mut events {
+        let event = next_event(events).await;
+        assert!(matches!(event, StoreEvent::Unavailable { .. }), "{event:?}");
+    }
+    // Requests go on, each answered at the first poll: nothing waits on
+    // Redis.
+    for instance in &mut fleet {
+        for _ in 0..50 {
+            let ready = futures_ready(instance.service.ready());
+            let service = ready.expect("ready at once").expect("no error");
+            let answer = futures_ready(service.call(()));
+            assert!(matches!(answer, Some(Ok(()))));
+        }
+    }
+    // One instance trips on its own while Redis is away.
+    upstream.failing.store(true, Ordering::SeqCst);
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    assert_eq!(fleet[0].state(), State::Open);
+    assert_eq!(fleet[1].state(), State::Closed, "nobody told the other");
+    assert!(fleet.iter().all(|i| !i.store.is_available()));
+    assert_eq!(
+        fleet[0].store.stats().unavailable_episodes,
+        1,
+        "one event per episode"
+    );
+
+    server.restart();
+    for events in &mut events {
+        let event = next_event(events).await;
+        assert_eq!(event, StoreEvent::Restored);
+    }
+    // The opening made meanwhile is shared once Redis is back.
+    eventually("the other instance opened too", || {
+        fleet[1].state() == State::Open
+    })
+    .await;
+    assert!(fleet[1].request().await == Answer::Refused);
+    assert_eq!(fleet[0].store.stats().unavailable_episodes, 1);
+}
+
+/// Polls `future` once with a no-op waker.
+fn futures_ready<F: std::future::Future>(future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(out) => Some(out),
+        std::task::Poll::Pending => None,
+    }
+}
+
+#[tokio::test]
+async fn hostile_names_stay_in_their_own_breakers() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let long = "x".repeat(10_000);
+    let names = [
+        "a:b",
+        "a:*",
+        "*",
+        "{a}",
+        "a}{b",
+        "{}",
+        "line\nbreak",
+        "open 1 2 3 a",
+        "a b",
+        long.as_str(),
+    ];
+    let mut first: Vec<Instance> = names
+        .iter()
+        .map(|n| {
+            Instance::new(
+                store(&server, "hostile"),
+                config(n, 1, Duration::from_secs(30)),
+                &upstream,
+            )
+        })
+        .collect();
+    let second: Vec<Instance> = names
+        .iter()
+        .map(|n| {
+            Instance::new(
+                store(&server, "hostile"),
+                config(n, 1, Duration::from_secs(30)),
+                &upstream,
+            )
+        })
+        .collect();
+    synced(&first).await;
+    synced(&second).await;
+    // Trip them one at a time; each time exactly that name opens elsewhere.
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(first[i].request().await, Answer::Failed);
+        eventually(&format!("{name:?} open on the other instance"), || {
+            second[i].state() == State::Open
+        })
+        .await;
+        for (j, other) in second.iter().enumerate() {
+            let expected = if j <= i { State::Open } else { State::Closed };
+            assert_eq!(
+                other.state(),
+                expected,
+                "{:?} after tripping {name:?}",
+                names[j]
+            );
+        }
+    }
+    // Every key lives under the prefix, one hash tag per breaker.
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut tags = std::collections::HashSet::new();
+    for key in &keys {
+        assert!(key.starts_with("hostile:{"), "{key}");
+        let tag = &key["hostile:{".len()..key.find('}').unwrap()];
+        assert!(!tag.contains(['{', ':', '*', ' ', '\n']), "{key}");
+        tags.insert(tag.to_owned());
+    }
+    assert_eq!(tags.len(), names.len(), "one hash tag per breaker");
+}
+
+#[tokio::test]
+async fn a_success_writes_only_when_the_fleet_count_holds_failures() {
+    let server = RedisServer::start();
+    let upstream = Upstream::default();
+    let mut one = Instance::new(
+        store(&server, "writes").refresh_interval(Duration::from_secs(60)),
+        config("llm", 5, Duration::from_secs(30)),
+        &upstream,
+    );
+    synced(std::slice::from_ref(&one)).await;
+    for _ in 0..100 {
+        assert_eq!(one.request().await, Answer::Answered);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        one.store.stats().writes,
+        0,
+        "successes with nothing to reset"
+    );
+    upstream.failing.store(true, Ordering::SeqCst);
+    assert_eq!(one.request().await, Answer::Failed);
+    eventually("the failure written", || one.store.stats().writes == 1).await;
+    upstream.recover();
+    for _ in 0..100 {
+        assert_eq!(one.request().await, Answer::Answered);
+    }
+    eventually("one reset written", || one.store.stats().writes == 2).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(one.store.stats().writes, 2, "only the first success resets");
+}
+
+#[tokio::test]
+async fn a_redis_answering_garbage_counts_as_down_and_requests_go_on() {
+    let garbage = GarbageServer::start();
+    let upstream = Upstream::default();
+    let builder = RedisStore::builder(format!("redis://127.0.0.1:{}", garbage.port))
+        .refresh_interval(Duration::from_millis(100))
+        .command_timeout(Duration::from_millis(200))
+        .hold(Duration::from_millis(300));
+    let mut instance = Instance::new(
+        builder,
+        config("llm", 1, Duration::from_secs(30)),
+        &upstream,
+    );
+    let mut events = instance.store.subscribe();
+    let event = next_event(&mut events).await;
+    assert!(matches!(event, StoreEvent::Unavailable { .. }), "{event:?}");
+    assert!(!instance.store.is_available());
+    for _ in 0..10 {
+        assert_eq!(instance.request().await, Answer::Answered);
+    }
+}
+
+#[tokio::test]
+async fn a_full_queue_drops_the_oldest_writes_and_counts_them() {
+    // Nobody listens on this port: Redis is down from the start.
+    let port = free_port();
+    let upstream = Upstream::failing();
+    let builder = RedisStore::builder(format!("redis://127.0.0.1:{port}"))
+        .queue_capacity(4)
+        .refresh_interval(Duration::from_millis(50))
+        .command_timeout(Duration::from_millis(100))
+        .hold(Duration::from_millis(200))
+        .failures_to_open(1000);
+    let mut instance = Instance::new(
+        builder,
+        config("llm", 1000, Duration::from_secs(30)),
+        &upstream,
+    );
+    let mut events = instance.store.subscribe();
+    assert!(matches!(
+        next_event(&mut events).await,
+        StoreEvent::Unavailable { .. }
+    ));
+    for _ in 0..10 {
+        assert_eq!(instance.request().await, Answer::Failed);
+    }
+    let stats = instance.store.stats();
+    assert_eq!(stats.dropped_writes, 6, "ten failures, room for four");
+    assert_eq!(stats.writes, 0);
+}
+
+#[tokio::test]
+async fn invalid_store_settings_are_errors() {
+    let bad = |builder: RedisStoreBuilder, field: &str| match builder.build() {
+        Err(StoreError::Config(e)) => assert_eq!(e.field(), field),
+        other => panic!("expected a config error on {field}, got {other:?}"),
+    };
+    let base = || RedisStore::builder("redis://127.0.0.1:1");
+    bad(base().prefix("a{b}"), "prefix");
+    bad(base().prefix(""), "prefix");
+    bad(base().queue_capacity(0), "queue_capacity");
+    bad(base().failures_to_open(0), "failures_to_open");
+    bad(base().refresh_interval(Duration::ZERO), "refresh_interval");
+    bad(
+        base()
+            .hold(Duration::from_millis(100))
+            .command_timeout(Duration::from_millis(100)),
+        "hold",
+    );
+    assert!(matches!(
+        RedisStore::builder("not a url").build(),
+        Err(StoreError::Url { .. })
+    ));
+}
+
+#[test]
+fn a_store_needs_a_tokio_runtime() {
+    assert!(matches!(
+        RedisStore::builder("redis://127.0.0.1:1").build(),
+        Err(StoreError::NoRuntime)
+    ));
+}

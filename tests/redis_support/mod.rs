@@ -1,0 +1,254 @@
+//! Real `redis-server` processes on free loopback ports, started and
+//! stopped by the tests themselves. A missing binary fails the test with a
+//! message saying what to install; it never skips.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `redis-server` binary: `$REDIS_SERVER`, or the one on `PATH`.
+fn binary(name: &str, env: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(env) {
+        return PathBuf::from(path);
+    }
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    });
+    match found {
+        Some(path) => path,
+        None => panic!(
+            "`{name}` was not found on PATH (nor in ${env}). These tests need a real Redis \
+             on loopback: install it with `apt-get install -y redis-server`, or run \
+             `bash .ci/test`, which installs it."
+        ),
+    }
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// Sends `PING` and expects `+PONG`.
+fn answers(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    stream.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+/// One `redis-server`, stopped (killed) when dropped.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// A server on a free loopback port, persisting nothing.
+    pub fn start() -> Self {
+        Self::start_with(free_port(), Vec::new())
+    }
+
+    fn start_with(port: u16, extra: Vec<String>) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "tcb-redis-{}-{port}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).expect("a scratch directory for redis-server");
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+            extra,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let port = self.port.to_string();
+        let child = Command::new(binary("redis-server", "REDIS_SERVER"))
+            .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--protected-mode", "no"])
+            .args(["--dir".as_ref(), self.dir.as_os_str()])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("could not start redis-server: {e}"));
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !answers(self.port) {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} did not answer PING within 10 s",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Three `redis-server`s in cluster mode, every slot assigned, no replicas.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                let port = free_port();
+                RedisServer::start_with(
+                    port,
+                    vec![
+                        "--cluster-enabled".into(),
+                        "yes".into(),
+                        "--cluster-config-file".into(),
+                        format!("nodes-{port}.conf"),
+                        "--cluster-node-timeout".into(),
+                        "2000".into(),
+                    ],
+                )
+            })
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let status = Command::new(binary("redis-cli", "REDIS_CLI"))
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| panic!("could not run redis-cli: {e}"));
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let cluster = RedisCluster { nodes };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cluster.nodes.iter().all(|n| cluster_ok(n.port)) {
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not reach cluster_state:ok"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+fn cluster_ok(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"CLUSTER INFO\r\n").is_err() {
+        return false;
+    }
+    let mut buf = vec![0u8; 4096];
+    let n = stream.read(&mut buf).unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n]).contains("cluster_state:ok")
+}
+
+/// A TCP server on loopback that answers every request with garbage, as a
+/// broken proxy or the wrong service on Redis's port would. Stops when
+/// dropped.
+pub struct GarbageServer {
+    pub port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl GarbageServer {
+    pub fn start() -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
+        let port = listener.local_addr().expect("local address").port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((mut stream, _)) => {
+                        let stopped = Arc::clone(&stopped);
+                        std::thread::spawn(move || {
+                            let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+                            let mut buf = [0u8; 1024];
+                            while !stopped.load(Ordering::Relaxed) {
+                                match stream.read(&mut buf) {
+                                    Ok(0) => return,
+                                    Ok(_) => {
+                                        // A reply of a type no command returns.
+                                        if stream.write_all(b"?garbage\r\n").is_err() {
+                                            return;
+                                        }
+                                    }
+                                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+                                    Err(_) => return,
+                                }
+                            }
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        GarbageServer { port, stop }
+    }
+}
+
+impl Drop for GarbageServer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
