@@ -1,0 +1,208 @@
+//! The fleet's shared state on a three-node Redis Cluster (redis-server's
+//! cluster mode on loopback ports, created here with `redis-cli --cluster
+//! create`): breakers whose keys live in different slots, on different
+//! nodes, trip, share and recover as on a single server, and each breaker's
+//! keys, however hostile its name, stay in one slot.
+
+mod redis_support;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis_support::RedisCluster;
+use tokio::time::Instant;
+use tower::{BoxError, Service, ServiceExt};
+use tower_circuit_breaker::policy::ConsecutiveFailures;
+use tower_circuit_breaker::registry::Registry;
+use tower_circuit_breaker::store::redis::RedisStore;
+use tower_circuit_breaker::{CircuitOpen, Config, State};
+
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !done() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The slot Redis gives `key`.
+async fn slot(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> u16 {
+    redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("CLUSTER KEYSLOT")
+}
+
+/// One instance: a registry of breakers (one per upstream name) sharing
+/// state through its own cluster store.
+struct Instance {
+    store: RedisStore,
+    registry: Registry<String>,
+}
+
+impl Instance {
+    fn new(cluster: &RedisCluster) -> Self {
+        let store = RedisStore::cluster_builder(cluster.urls())
+            .prefix("cluster")
+            .refresh_interval(Duration::from_millis(200))
+            .probe_lease(Duration::from_millis(800))
+            .hold(Duration::from_millis(600))
+            .command_timeout(Duration::from_millis(400))
+            .build()
+            .expect("a valid store");
+        let config = Config::builder()
+            .trip(ConsecutiveFailures::new(2))
+            .cooldown(Duration::from_millis(500))
+            .backoff(1.0)
+            .build()
+            .unwrap();
+        let registry = Registry::builder()
+            .default_config(config)
+            .store(&store)
+            .build();
+        Instance { store, registry }
+    }
+
+    fn state(&self, name: &str) -> State {
+        self.registry.get(&name.to_owned()).unwrap().state()
+    }
+
+    /// One call to `name` through this instance's breaker.
+    async fn call(&self, name: &str, upstream: &Upstream) -> Result<(), BoxError> {
+        let breaker = self.registry.get(&name.to_owned()).unwrap();
+        let upstream = upstream.clone();
+        let mut service = breaker.layer().layer(tower::service_fn(move |()| {
+            upstream.calls.fetch_add(1, Ordering::SeqCst);
+            let failing = upstream.failing.load(Ordering::SeqCst);
+            async move {
+                if failing {
+                    Err::<(), BoxError>("upstream failed".into())
+                } else {
+                    Ok(())
+                }
+            }
+        }));
+        service.ready().await?.call(()).await
+    }
+}
+
+#[derive(Clone, Default)]
+struct Upstream {
+    failing: Arc<AtomicBool>,
+    calls: Arc<AtomicUsize>,
+}
+
+use tower::Layer as _;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn breakers_in_different_slots_trip_share_and_recover_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let node = redis::Client::open(cluster.urls()[0].as_str()).unwrap();
+    let mut conn = node.get_multiplexed_async_connection().await.unwrap();
+    // Two names whose keys live in different thirds of the slot space: on
+    // different nodes, as `redis-cli --cluster create` splits it.
+    let mut names: Vec<(String, u16)> = Vec::new();
+    for i in 0.. {
+        let name = format!("provider-{i}");
+        let s = slot(&mut conn, &format!("cluster:{{{name}}}:record")).await;
+        if names.iter().all(|(_, other)| other / 5462 != s / 5462) {
+            names.push((name, s));
+        }
+        if names.len() == 2 {
+            break;
+        }
+    }
+    let a = Instance::new(&cluster);
+    let b = Instance::new(&cluster);
+    let upstreams: Vec<Upstream> = names.iter().map(|_| Upstream::default()).collect();
+    for (name, _) in &names {
+        // Made (and attached) on both instances before anything fails.
+        a.state(name);
+        b.state(name);
+    }
+    eventually("both stores refreshed", || {
+        a.store.stats().refreshes > 0 && b.store.stats().refreshes > 0
+    })
+    .await;
+    for ((name, _), upstream) in names.iter().zip(&upstreams) {
+        upstream.failing.store(true, Ordering::SeqCst);
+        // One failure on each instance: two in the fleet, the threshold.
+        assert!(a.call(name, upstream).await.is_err());
+        let writes = a.store.stats().writes;
+        eventually("a's failure written", || a.store.stats().writes > writes).await;
+        assert!(b.call(name, upstream).await.is_err());
+        eventually(&format!("{name} open on both"), || {
+            a.state(name) == State::Open && b.state(name) == State::Open
+        })
+        .await;
+        let refused = a.call(name, upstream).await.unwrap_err();
+        assert!(refused.is::<CircuitOpen>());
+        assert_eq!(upstream.calls.load(Ordering::SeqCst), 2);
+    }
+    // Recovery: the providers answer again; a probe closes each breaker
+    // for both instances.
+    for ((name, _), upstream) in names.iter().zip(&upstreams) {
+        upstream.failing.store(false, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while a.state(name) != State::Closed || b.state(name) != State::Closed {
+            assert!(Instant::now() < deadline, "{name} never closed on both");
+            let _ = a.call(name, upstream).await;
+            let _ = b.call(name, upstream).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert!(a.store.is_available() && b.store.is_available());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_breakers_keys_share_one_slot_whatever_its_name() {
+    let cluster = RedisCluster::start();
+    let instance = Instance::new(&cluster);
+    let upstream = Upstream {
+        failing: Arc::new(AtomicBool::new(true)),
+        calls: Arc::default(),
+    };
+    let long = "y".repeat(5_000);
+    let names = ["a:b", "{x}", "}{", "a\nb", "*", long.as_str()];
+    for name in names {
+        instance.state(name);
+    }
+    eventually("refreshed", || instance.store.stats().refreshes > 0).await;
+    for name in names {
+        // Two failures trip it: every key of the breaker is written.
+        let _ = instance.call(name, &upstream).await;
+        let _ = instance.call(name, &upstream).await;
+        eventually("open", || instance.state(name) == State::Open).await;
+    }
+    // Each opened on its own evidence first; the fleet's record follows
+    // once the task has carried out the writes.
+    eventually("the writes carried out", || {
+        instance.store.stats().writes >= 3 * names.len() as u64
+    })
+    .await;
+    let mut tags: HashSet<String> = HashSet::new();
+    for url in cluster.urls() {
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("cluster:*")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for key in keys {
+            let tag = key["cluster:{".len()..key.find('}').unwrap()].to_owned();
+            let tagged = format!("cluster:{{{tag}}}:record");
+            assert_eq!(
+                slot(&mut conn, &key).await,
+                slot(&mut conn, &tagged).await,
+                "{key} left its breaker's slot"
+            );
+            tags.insert(tag);
+        }
+    }
+    assert_eq!(tags.len(), names.len(), "one hash tag per breaker");
+}
