@@ -165,6 +165,26 @@
 //! # }
 //! ```
 //!
+//! # Shared state across a fleet
+//!
+//! By default a breaker's state lives in the process. With the `redis`
+//! feature, several instances share one breaker per name through Redis
+//! ([`store::redis`]): one failure count, one open record, one prober per
+//! key, while admission still reads only local memory:
+//!
+//! ```no_run
+//! # #[cfg(feature = "redis")]
+//! # async fn fleet() -> Result<(), Box<dyn std::error::Error>> {
+//! use tower_circuit_breaker::store::redis::RedisStore;
+//! use tower_circuit_breaker::{CircuitBreakerLayer, Config};
+//!
+//! let store = RedisStore::builder("redis://127.0.0.1:6379").prefix("gateway").build()?;
+//! let layer = CircuitBreakerLayer::new(Config::builder().name("openai").build()?);
+//! store.attach(&layer.breaker());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Observability
 //!
 //! Transitions are `tracing` events and can be subscribed to; snapshots
@@ -194,10 +214,17 @@
 //! | `tower-http` | tower-http's classifiers for streaming breakers ([`classify::TowerHttp`]) |
 //! | `axum` | `CircuitOpen` answers as a 503 with `Retry-After` |
 //! | `tonic` | `CircuitOpen` into `tonic::Status`; a classifier of `Status` errors |
+//! | `redis` | breaker state shared by a fleet through Redis ([`store::redis`]) |
 //!
 //! [tower]: https://docs.rs/tower
 
 #![warn(missing_docs)]
+// The guide links to items behind features; a build without them cannot
+// resolve those links (the all-features build, as on docs.rs, checks them).
+#![cfg_attr(
+    not(all(feature = "http-body", feature = "tower-http", feature = "redis")),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "axum")]

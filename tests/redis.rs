@@ -304,6 +304,45 @@ async fn two_successes_close_it_for_all_and_min_open_holds() {
 }
 
 #[tokio::test]
+async fn a_prober_that_dies_frees_the_probe_lock_by_expiry() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let config = config("llm", 1, Duration::from_millis(200));
+    let mut fleet: Vec<Instance> = (0..2)
+        .map(|_| Instance::new(store(&server, "dies"), config.clone(), &upstream))
+        .collect();
+    synced(&fleet).await;
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    eventually("both open", || fleet.iter().all(|i| i.state() == State::Open)).await;
+    // Nobody sends a request: whoever wins the lock when the period ends
+    // holds it without probing.
+    eventually("a lock won", || {
+        fleet.iter().any(|i| i.store.stats().probe_locks_won > 0)
+    })
+    .await;
+    let winner = fleet
+        .iter()
+        .position(|i| i.store.stats().probe_locks_won > 0)
+        .unwrap();
+    // The winner dies (its store, task and breaker all gone) mid-probe.
+    drop(fleet.remove(winner));
+    let mut survivor = fleet.pop().unwrap();
+    let won_before = survivor.store.stats().probe_locks_won;
+    let calls = upstream.calls();
+    upstream.recover();
+    // The survivor keeps refusing while the dead lease runs, then takes
+    // the lock and probes.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while survivor.state() != State::Closed {
+        assert!(Instant::now() < deadline, "the survivor never probed");
+        survivor.request().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(survivor.store.stats().probe_locks_won > won_before);
+    assert_eq!(upstream.calls(), calls + 1, "one probe closed it");
+}
+
+#[tokio::test]
 async fn killed_redis_leaves_requests_local_and_a_restart_resyncs() {
     let mut server = RedisServer::start();
     let upstream = Upstream::default();
