@@ -313,7 +313,10 @@ async fn a_prober_that_dies_frees_the_probe_lock_by_expiry() {
         .collect();
     synced(&fleet).await;
     assert_eq!(fleet[0].request().await, Answer::Failed);
-    eventually("both open", || fleet.iter().all(|i| i.state() == State::Open)).await;
+    eventually("both open", || {
+        fleet.iter().all(|i| i.state() == State::Open)
+    })
+    .await;
     // Nobody sends a request: whoever wins the lock when the period ends
     // holds it without probing.
     eventually("a lock won", || {
