@@ -93,7 +93,7 @@ struct Entry {
 
 /// Entries by the key's hash (already computed: the shard map hashes no
 /// further), a bucket holding the rare keys whose hashes collide.
-type Shard<K> = HashMap<u64, Vec<(K, Arc<Entry>)>, BuildHasherDefault<Prehashed>>;
+type Shard<K> = HashMap<u64, Vec<(K, Entry)>, BuildHasherDefault<Prehashed>>;
 
 struct Inner<K> {
     shards: Vec<RwLock<Shard<K>>>,
@@ -182,18 +182,29 @@ where
         &self.inner.shards[(hash >> 59) as usize % SHARDS]
     }
 
-    fn find(&self, key: &K, hash: u64) -> Option<Arc<Entry>> {
+    /// `key`'s breaker, if it exists; a use at insertion count `now`.
+    fn find(&self, key: &K, hash: u64, now: Option<u64>) -> Option<Breaker> {
         let shard = self.shard(hash).read().unwrap_or_else(|p| p.into_inner());
-        shard
-            .get(&hash)?
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, entry)| Arc::clone(entry))
+        let (_, entry) = shard.get(&hash)?.iter().find(|(k, _)| k == key)?;
+        // Write only when the clock moved: repeated use of a hot key
+        // writes nothing.
+        if let Some(now) = now {
+            if entry.last_used.load(Ordering::Relaxed) != now {
+                entry.last_used.store(now, Ordering::Relaxed);
+            }
+        }
+        // Cloned under the lock: one reference count, no entry to keep.
+        Some(entry.breaker.clone())
     }
 
     /// The breaker for `key`, made on first use. Its name is the key.
     pub fn get(&self, key: &K) -> Result<Breaker, RegistryFull> {
-        self.entry(key).map(|entry| entry.breaker.clone())
+        let hash = self.hash(key);
+        let now = self.inner.insertions.load(Ordering::Relaxed);
+        match self.find(key, hash, Some(now)) {
+            Some(breaker) => Ok(breaker),
+            None => self.insert(key, hash),
+        }
     }
 
     /// The breaker for `key` and, when the key has one, its parent's.
@@ -206,21 +217,7 @@ where
         Ok((child, parent))
     }
 
-    fn entry(&self, key: &K) -> Result<Arc<Entry>, RegistryFull> {
-        let hash = self.hash(key);
-        let now = self.inner.insertions.load(Ordering::Relaxed);
-        if let Some(entry) = self.find(key, hash) {
-            // Write only when the clock moved: repeated use of a hot key
-            // writes nothing.
-            if entry.last_used.load(Ordering::Relaxed) != now {
-                entry.last_used.store(now, Ordering::Relaxed);
-            }
-            return Ok(entry);
-        }
-        self.insert(key, hash)
-    }
-
-    fn insert(&self, key: &K, hash: u64) -> Result<Arc<Entry>, RegistryFull> {
+    fn insert(&self, key: &K, hash: u64) -> Result<Breaker, RegistryFull> {
         if self.inner.keys.load(Ordering::Relaxed) as usize >= self.inner.max_keys {
             self.evict();
             if self.inner.keys.load(Ordering::Relaxed) as usize >= self.inner.max_keys {
@@ -233,7 +230,7 @@ where
         let bucket = shard.entry(hash).or_default();
         // Another caller may have made it meanwhile.
         if let Some((_, entry)) = bucket.iter().find(|(k, _)| k == key) {
-            return Ok(Arc::clone(entry));
+            return Ok(entry.breaker.clone());
         }
         let breaker = Breaker::new(self.config_for(key));
         breaker.shared.forward_to(self.inner.events.clone());
@@ -242,13 +239,15 @@ where
             store.attach(&breaker);
         }
         let tick = self.inner.insertions.fetch_add(1, Ordering::Relaxed) + 1;
-        let entry = Arc::new(Entry {
-            breaker,
-            last_used: AtomicU64::new(tick),
-        });
-        bucket.push((key.clone(), Arc::clone(&entry)));
+        bucket.push((
+            key.clone(),
+            Entry {
+                breaker: breaker.clone(),
+                last_used: AtomicU64::new(tick),
+            },
+        ));
         self.inner.keys.fetch_add(1, Ordering::Relaxed);
-        Ok(entry)
+        Ok(breaker)
     }
 
     fn config_for(&self, key: &K) -> Config {
@@ -349,15 +348,15 @@ where
     /// Sets `key`'s config (and reconfigures its breaker if it exists,
     /// keeping its state, counts and open period).
     pub fn configure(&self, key: K, config: Config) {
-        let existing = self.find(&key, self.hash(&key));
+        let existing = self.find(&key, self.hash(&key), None);
         self.inner
             .configs
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .per_key
             .insert(key.clone(), config.clone());
-        if let Some(entry) = existing {
-            entry.breaker.reconfigure(config);
+        if let Some(breaker) = existing {
+            breaker.reconfigure(config);
         }
     }
 

@@ -397,6 +397,8 @@ impl Task {
         if self.available.replace(true) == Some(false) {
             tracing::info!(store = "redis", "shared breaker state available again");
             let _ = self.events.send(StoreEvent::Restored);
+            // Writes that waited for Redis go now.
+            self.queue.notify.notify_one();
         }
     }
 
