@@ -74,6 +74,8 @@ impl Shared {
     /// (0: its period is over and the probe lock is another's, or nobody's
     /// yet); stay open that long plus `hold_ms`. With `held_elsewhere`,
     /// another instance holds the probe lock: a local probe round stops.
+    /// Returns whether this breaker follows the fleet's opening (false:
+    /// held by an operator, or closed here in that generation already).
     pub(crate) fn fleet_open(
         &self,
         generation: u64,
@@ -81,7 +83,7 @@ impl Shared {
         attempt: u32,
         hold_ms: u64,
         held_elsewhere: bool,
-    ) {
+    ) -> bool {
         let mut book = self.lock();
         let now = self.now_ms();
         let until = now
@@ -91,10 +93,10 @@ impl Shared {
         let mut w = self.load();
         loop {
             let next = match w.tag() {
-                Tag::Manual => return,
+                Tag::Manual => return false,
                 // Closed here in that generation: the fleet follows.
-                Tag::Closed if book.fleet.generation == generation => return,
-                Tag::HalfOpen if left_ms == 0 && !held_elsewhere => return,
+                Tag::Closed if book.fleet.generation == generation => return false,
+                Tag::HalfOpen if left_ms == 0 && !held_elsewhere => return true,
                 Tag::Open => Word::open(w.generation(), until),
                 Tag::Closed | Tag::HalfOpen => Word::open(w.next_generation(), until),
             };
@@ -107,12 +109,12 @@ impl Shared {
                     if w.tag() == Tag::Open {
                         drop(book);
                         self.clones.wake_all();
-                        return;
+                        return true;
                     }
                     book.policy.reset();
                     self.refresh_success_flag(&book);
                     self.opened(book, state_of(w), next, TripReason::Shared, now);
-                    return;
+                    return true;
                 }
                 Err(actual) => w = actual,
             }

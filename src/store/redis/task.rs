@@ -628,12 +628,19 @@ impl Task {
                 left_ms,
                 attempt,
             } => {
+                let mut follows = false;
                 for breaker in &breakers {
-                    breaker.fleet_open(generation, left_ms, attempt, hold_ms, false);
+                    follows |= breaker.fleet_open(generation, left_ms, attempt, hold_ms, false);
                 }
-                // Holding the lock of this round: its lease decides when to
-                // look again.
-                if !(left_ms == 0 && entry.won == Some(generation)) {
+                if !follows {
+                    // Nothing here waits for a probe (closed here already,
+                    // or held by an operator): the refresh keeps watching.
+                    entry.won = None;
+                    entry.next_probe = None;
+                } else if !(left_ms == 0 && entry.won == Some(generation)) {
+                    // Unless this instance holds the lock of this round
+                    // (its lease decides when to look again), try the lock
+                    // when the period ends.
                     entry.won = None;
                     entry.next_probe = Some(now + Duration::from_millis(left_ms));
                 }
@@ -658,11 +665,12 @@ impl Task {
                 lease_ms,
                 attempt,
             } => {
-                entry.won = None;
-                entry.next_probe = Some(now + Duration::from_millis(lease_ms));
+                let mut follows = false;
                 for breaker in &breakers {
-                    breaker.fleet_open(generation, lease_ms, attempt, hold_ms, true);
+                    follows |= breaker.fleet_open(generation, lease_ms, attempt, hold_ms, true);
                 }
+                entry.won = None;
+                entry.next_probe = follows.then(|| now + Duration::from_millis(lease_ms));
             }
         }
     }
