@@ -533,6 +533,24 @@ impl Shared {
         );
     }
 
+    /// The breaker has just closed (word `next`, from `from`): the past is
+    /// forgotten; announce it.
+    pub(super) fn closed(
+        &self,
+        mut book: MutexGuard<'_, Book>,
+        from: State,
+        next: Word,
+        reason: Option<TripReason>,
+    ) {
+        book.attempt = 0;
+        book.hint_until_ms = None;
+        book.since_ms = self.now_ms();
+        book.policy.reset();
+        self.forget_probes(&mut book);
+        self.refresh_success_flag(&book);
+        self.announce(book, self.transition(from, next, reason, None));
+    }
+
     fn refresh_success_flag(&self, book: &Book) {
         let matters = book.policy.success_matters();
         // A fleet count known to hold failures is reset by a success.

@@ -163,17 +163,8 @@ impl Shared {
             let next = Word::closed(w.next_generation());
             match self.cas(w, next) {
                 Ok(()) => {
-                    book.attempt = 0;
-                    book.hint_until_ms = None;
-                    book.since_ms = self.now_ms();
-                    book.policy.reset();
                     book.fleet = FleetBook::default();
-                    self.forget_probes(&mut book);
-                    self.refresh_success_flag(&book);
-                    let transition =
-                        self.transition(state_of(w), next, Some(TripReason::Shared), None);
-                    self.announce(book, transition);
-                    return;
+                    return self.closed(book, state_of(w), next, Some(TripReason::Shared));
                 }
                 Err(actual) if matches!(actual.tag(), Tag::Open | Tag::HalfOpen) => w = actual,
                 Err(_) => return,

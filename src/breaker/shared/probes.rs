@@ -253,16 +253,7 @@ impl Shared {
         loop {
             let next = Word::closed(w.next_generation());
             match self.cas(w, next) {
-                Ok(()) => {
-                    book.attempt = 0;
-                    book.hint_until_ms = None;
-                    book.since_ms = self.now_ms();
-                    book.policy.reset();
-                    self.forget_probes(&mut book);
-                    self.refresh_success_flag(&book);
-                    self.announce(book, self.transition(State::HalfOpen, next, None, None));
-                    return;
-                }
+                Ok(()) => return self.closed(book, State::HalfOpen, next, None),
                 // Only a permit taken or given back (same generation).
                 Err(actual) => w = actual,
             }
