@@ -11,39 +11,16 @@
 
 mod redis_support;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use redis_support::{free_port, GarbageServer, RedisServer};
+use redis_support::{free_port, GarbageServer, RedisServer, Upstream};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tower::{BoxError, Service, ServiceExt};
 use tower_circuit_breaker::policy::{ConsecutiveFailures, TripReason};
 use tower_circuit_breaker::store::redis::{RedisStore, RedisStoreBuilder, StoreError, StoreEvent};
 use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, CircuitOpen, Config, State};
-
-/// The upstream every instance calls: fails or succeeds on command, and
-/// counts the calls that reach it.
-#[derive(Clone, Default)]
-struct Upstream {
-    failing: Arc<AtomicBool>,
-    calls: Arc<AtomicUsize>,
-}
-
-impl Upstream {
-    fn failing() -> Self {
-        let upstream = Upstream::default();
-        upstream.failing.store(true, Ordering::SeqCst);
-        upstream
-    }
-    fn recover(&self) {
-        self.failing.store(false, Ordering::SeqCst);
-    }
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Answer {
@@ -67,18 +44,7 @@ impl Instance {
         let layer = CircuitBreakerLayer::new(config);
         let breaker = layer.breaker();
         assert!(store.attach(&breaker));
-        let upstream = upstream.clone();
-        let inner = tower::util::BoxCloneSyncService::new(tower::service_fn(move |()| {
-            upstream.calls.fetch_add(1, Ordering::SeqCst);
-            let failing = upstream.failing.load(Ordering::SeqCst);
-            async move {
-                if failing {
-                    Err::<(), BoxError>("upstream failed".into())
-                } else {
-                    Ok(())
-                }
-            }
-        }));
+        let inner = tower::util::BoxCloneSyncService::new(upstream.service());
         let service = tower::Layer::layer(&layer, inner);
         Instance {
             store,
@@ -429,26 +395,17 @@ async fn hostile_names_stay_in_their_own_breakers() {
         "a b",
         long.as_str(),
     ];
-    let mut first: Vec<Instance> = names
-        .iter()
-        .map(|n| {
-            Instance::new(
-                store(&server, "hostile"),
-                config(n, 1, Duration::from_secs(30)),
-                &upstream,
-            )
-        })
-        .collect();
-    let second: Vec<Instance> = names
-        .iter()
-        .map(|n| {
-            Instance::new(
-                store(&server, "hostile"),
-                config(n, 1, Duration::from_secs(30)),
-                &upstream,
-            )
-        })
-        .collect();
+    let fleet = || -> Vec<Instance> {
+        names
+            .iter()
+            .map(|n| {
+                let config = config(n, 1, Duration::from_secs(30));
+                Instance::new(store(&server, "hostile"), config, &upstream)
+            })
+            .collect()
+    };
+    let mut first = fleet();
+    let second = fleet();
     synced(&first).await;
     synced(&second).await;
     // Trip them one at a time; each time exactly that name opens elsewhere.

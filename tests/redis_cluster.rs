@@ -7,11 +7,10 @@
 mod redis_support;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use redis_support::RedisCluster;
+use redis_support::{RedisCluster, Upstream};
 use tokio::time::Instant;
 use tower::{BoxError, Service, ServiceExt};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
@@ -74,26 +73,9 @@ impl Instance {
     /// One call to `name` through this instance's breaker.
     async fn call(&self, name: &str, upstream: &Upstream) -> Result<(), BoxError> {
         let breaker = self.registry.get(&name.to_owned()).unwrap();
-        let upstream = upstream.clone();
-        let mut service = breaker.layer().layer(tower::service_fn(move |()| {
-            upstream.calls.fetch_add(1, Ordering::SeqCst);
-            let failing = upstream.failing.load(Ordering::SeqCst);
-            async move {
-                if failing {
-                    Err::<(), BoxError>("upstream failed".into())
-                } else {
-                    Ok(())
-                }
-            }
-        }));
+        let mut service = breaker.layer().layer(upstream.service());
         service.ready().await?.call(()).await
     }
-}
-
-#[derive(Clone, Default)]
-struct Upstream {
-    failing: Arc<AtomicBool>,
-    calls: Arc<AtomicUsize>,
 }
 
 use tower::Layer as _;
@@ -162,10 +144,7 @@ async fn breakers_in_different_slots_trip_share_and_recover_on_a_cluster() {
 async fn each_breakers_keys_share_one_slot_whatever_its_name() {
     let cluster = RedisCluster::start();
     let instance = Instance::new(&cluster);
-    let upstream = Upstream {
-        failing: Arc::new(AtomicBool::new(true)),
-        calls: Arc::default(),
-    };
+    let upstream = Upstream::failing();
     let long = "y".repeat(5_000);
     let names = ["a:b", "{x}", "}{", "a\nb", "*", long.as_str()];
     for name in names {

@@ -4,10 +4,13 @@
 
 #![allow(dead_code)]
 
+use std::future::Ready;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The `redis-server` binary: `$REDIS_SERVER`, or the one on `PATH`.
@@ -250,5 +253,52 @@ impl GarbageServer {
 impl Drop for GarbageServer {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The upstream the instances call: fails or succeeds on command, and
+/// counts the calls that reach it.
+#[derive(Clone, Default)]
+pub struct Upstream {
+    pub failing: Arc<AtomicBool>,
+    pub calls: Arc<AtomicUsize>,
+}
+
+impl Upstream {
+    pub fn failing() -> Self {
+        let upstream = Upstream::default();
+        upstream.failing.store(true, Ordering::SeqCst);
+        upstream
+    }
+
+    pub fn recover(&self) {
+        self.failing.store(false, Ordering::SeqCst);
+    }
+
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// A service calling this upstream.
+    pub fn service(
+        &self,
+    ) -> impl tower::Service<
+        (),
+        Response = (),
+        Error = tower::BoxError,
+        Future = Ready<Result<(), tower::BoxError>>,
+    > + Clone
+           + Send
+           + Sync
+           + 'static {
+        let upstream = self.clone();
+        tower::service_fn(move |()| {
+            upstream.calls.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(if upstream.failing.load(Ordering::SeqCst) {
+                Err("upstream failed".into())
+            } else {
+                Ok(())
+            })
+        })
     }
 }
