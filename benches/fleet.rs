@@ -1,8 +1,10 @@
 //! What sharing a breaker through Redis costs, and what it saves.
 //!
 //! The benchmark starts its own `redis-server` on a free loopback port
-//! (persisting nothing; killed at the end) and fails with a message saying
-//! what to install if the binary is missing. Two studies:
+//! (persisting nothing; killed at the end, a failed assertion included),
+//! with the fleet demo's launcher (`examples/fleet/local_redis.rs`), and
+//! fails with a message saying what to install if the binary is missing.
+//! Two studies:
 //!
 //! 1. **Closed-path cost.** One always-ready inner service (its future is
 //!    `std::future::ready`), driven by the loop of `benches/hot_path.rs`
@@ -32,13 +34,13 @@
 //! makes a hundred calls per closed-path scenario and runs the probe study
 //! briefly: it checks that the code works, and its timings mean nothing.
 
+#[path = "../examples/fleet/local_redis.rs"]
+mod local_redis;
+
 use std::fmt;
 use std::future::{ready, Future, Ready};
 use std::hint::black_box;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::pin::pin;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -52,80 +54,11 @@ use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::store::redis::{RedisStore, RedisStoreBuilder, StoreStats};
 use tower_circuit_breaker::{Breaker, CircuitBreaker, CircuitOpen, Config, State};
 
+use local_redis::LocalRedis;
+
 // ---------------------------------------------------------------------
-// A redis-server of the benchmark's own.
+// Redis: stores synced with the benchmark's own redis-server.
 // ---------------------------------------------------------------------
-
-/// A `redis-server` on a free loopback port, persisting nothing, killed
-/// when dropped (a failed assertion unwinds through it too).
-struct RedisServer {
-    child: Child,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start() -> Self {
-        let binary = std::env::var_os("REDIS_SERVER")
-            .map(std::path::PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("PATH").and_then(|paths| {
-                    std::env::split_paths(&paths)
-                        .map(|dir| dir.join("redis-server"))
-                        .find(|p| p.is_file())
-                })
-            })
-            .unwrap_or_else(|| {
-                panic!(
-                    "`redis-server` was not found on PATH (nor in $REDIS_SERVER). This benchmark \
-                     starts a real Redis on loopback: install it with \
-                     `apt-get install -y redis-server`."
-                )
-            });
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free loopback port")
-            .port();
-        let child = Command::new(&binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("could not start {}: {e}", binary.display()));
-        let server = RedisServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !answers_ping(port) {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on port {port} did not answer PING within 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn answers_ping(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-    let mut reply = [0u8; 7];
-    stream.write_all(b"PING\r\n").is_ok()
-        && stream.read_exact(&mut reply).is_ok()
-        && &reply == b"+PONG\r\n"
-}
 
 /// A store on `url` under `prefix`, with its first refresh done (so that
 /// it is connected and subscribed before anything is measured).
@@ -291,7 +224,7 @@ impl ClosedPath {
     }
 }
 
-fn closed_path(runtime: &Runtime, server: &RedisServer, effort: &Effort) -> ClosedPath {
+fn closed_path(runtime: &Runtime, server: &LocalRedis, effort: &Effort) -> ClosedPath {
     let in_process = Breaker::new(
         Config::builder()
             .name("in-process")
@@ -404,7 +337,7 @@ async fn request(instance: &mut Instance) -> Result<(), BoxError> {
 /// `run_for` once every breaker is open.
 fn probe_run(
     runtime: &Runtime,
-    server: &RedisServer,
+    server: &LocalRedis,
     instances: usize,
     shared: bool,
     run_for: Duration,
@@ -551,7 +484,7 @@ fn main() {
         }
     };
     let started = Instant::now();
-    let server = RedisServer::start();
+    let server = LocalRedis::start().unwrap_or_else(|e| panic!("{e}"));
     // The stores' tasks and the probe study's instances run here; the
     // closed-path loop runs on the main thread, in its context (as
     // `benches/hot_path.rs` runs every scenario in a runtime's context).

@@ -1,4 +1,5 @@
-//! The fleet demo (`examples/fleet.rs`), run as a test against a
+//! The fleet demo's scenario (`examples/fleet/scenario.rs`, the same code
+//! `cargo run --example fleet` runs), run as a test against a
 //! `redis-server` it starts on a free loopback port (a missing binary fails
 //! with a message saying what to install), and its story checked.
 //!
@@ -7,28 +8,33 @@
 //! comes in, it is the time the run actually took, which a slow machine
 //! only lengthens.
 
-#[path = "../examples/fleet.rs"]
-#[allow(dead_code)] // the demo's `main` and printing helpers
-mod fleet;
+#[path = "../examples/fleet/ledger.rs"]
+mod ledger;
+#[path = "../examples/fleet/local_redis.rs"]
+mod local_redis;
+#[path = "../examples/fleet/report.rs"]
+mod report;
+#[path = "../examples/fleet/scenario.rs"]
+mod scenario;
 
 use tower_circuit_breaker::policy::TripReason;
 use tower_circuit_breaker::State;
 
 #[test]
 fn four_instances_open_probe_one_at_a_time_and_close_as_one() {
-    let redis = fleet::LocalRedis::start().unwrap_or_else(|e| panic!("{e}"));
+    let redis = local_redis::LocalRedis::start().unwrap_or_else(|e| panic!("{e}"));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let timing = fleet::Timing::demo();
+    let timing = scenario::Timing::demo();
     let report = runtime
-        .block_on(fleet::run(&redis.url(), "fleet-test", timing))
+        .block_on(scenario::run(&redis.url(), "fleet-test", timing))
         .expect("the demo runs");
     // The demo's own printing, on the figures checked below.
-    println!("{}", fleet::table(&report));
-    println!("{}", fleet::summary(&report));
+    println!("{}", report::table(&report));
+    println!("{}", report::summary(&report));
 
     // Every instance opened, and the first opening anywhere came from the
     // fleet's count or from an instance's own failures, never elsewhere.
