@@ -37,13 +37,15 @@
 #[path = "../examples/fleet/local_redis.rs"]
 mod local_redis;
 
+#[path = "common/driver.rs"]
+mod driver;
+
+use driver::{call_once, drive, noop_waker};
 use std::fmt;
-use std::future::{ready, Future, Ready};
-use std::hint::black_box;
-use std::pin::pin;
+use std::future::{ready, Ready};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
@@ -100,44 +102,6 @@ impl From<CircuitOpen> for Refused {
 /// The inner service of every scenario: answers at once.
 fn inner() -> ServiceFn<impl Fn(u64) -> Ready<Result<u64, Refused>> + Clone> {
     service_fn(|x: u64| ready(Ok::<u64, Refused>(x)))
-}
-
-// `Waker::noop` is newer than the library's minimum Rust version; this
-// benchmark is a development target, built with a current toolchain.
-#[allow(clippy::incompatible_msrv)]
-fn noop_waker() -> &'static Waker {
-    Waker::noop()
-}
-
-/// One call, as `benches/hot_path.rs` makes it: readiness, call, one poll
-/// of the response future, pinned on the stack.
-#[inline(always)]
-fn call_once<S: Service<u64>>(
-    svc: &mut S,
-    cx: &mut Context<'_>,
-    x: u64,
-) -> Poll<Result<S::Response, S::Error>> {
-    if !matches!(svc.poll_ready(cx), Poll::Ready(Ok(()))) {
-        not_ready();
-    }
-    let future = pin!(svc.call(x));
-    future.poll(cx)
-}
-
-#[cold]
-#[inline(never)]
-fn not_ready() -> ! {
-    panic!("every benchmarked service must be ready at once")
-}
-
-/// `calls` calls, timed as a whole.
-fn drive<S: Service<u64>>(svc: &mut S, calls: u64) -> Duration {
-    let mut cx = Context::from_waker(noop_waker());
-    let start = Instant::now();
-    for i in 0..calls {
-        let _ = black_box(call_once(svc, &mut cx, black_box(i)));
-    }
-    start.elapsed()
 }
 
 /// A service under measurement, its loop monomorphised for its type; the

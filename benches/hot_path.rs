@@ -77,6 +77,11 @@
 //! checked, with a handful of calls, because an unoptimised build says
 //! nothing about speed.
 
+#[path = "common/driver.rs"]
+mod driver;
+
+use driver::{call_once, drive, noop_waker, not_ready};
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::error::Error;
 use std::fmt;
@@ -85,7 +90,7 @@ use std::hint::black_box;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
@@ -222,48 +227,6 @@ fn inner() -> ServiceFn<impl Fn(u64) -> Ready<Result<u64, BenchError>> + Clone> 
 /// tower's `BoxError` as its error type.
 fn inner_boxed() -> ServiceFn<impl Fn(u64) -> Ready<Result<u64, BoxError>> + Clone> {
     service_fn(|x: u64| ready(Ok::<u64, BoxError>(x)))
-}
-
-/// A waker that does nothing: every service measured here is ready at once,
-/// so nothing is ever woken.
-// `Waker::noop` is newer than the library's minimum Rust version; this
-// benchmark is a development target, built with a current toolchain, and
-// nothing in the library depends on it.
-#[allow(clippy::incompatible_msrv)]
-fn noop_waker() -> &'static Waker {
-    Waker::noop()
-}
-
-/// One call, as a caller without an executor makes it: readiness, call, and
-/// one poll of the response future, pinned on the stack.
-#[inline(always)]
-fn call_once<S: Service<u64>>(
-    svc: &mut S,
-    cx: &mut Context<'_>,
-    x: u64,
-) -> Poll<Result<S::Response, S::Error>> {
-    if !matches!(svc.poll_ready(cx), Poll::Ready(Ok(()))) {
-        not_ready();
-    }
-    let future = pin!(svc.call(x));
-    future.poll(cx)
-}
-
-#[cold]
-#[inline(never)]
-fn not_ready() -> ! {
-    panic!("every benchmarked service must be ready at once")
-}
-
-/// The driving loop shared by criterion, the summary's timing and the
-/// allocation count: `calls` calls, timed as a whole.
-fn drive<S: Service<u64>>(svc: &mut S, calls: u64) -> Duration {
-    let mut cx = Context::from_waker(noop_waker());
-    let start = Instant::now();
-    for i in 0..calls {
-        let _ = black_box(call_once(svc, &mut cx, black_box(i)));
-    }
-    start.elapsed()
 }
 
 /// A service under measurement, with the loop monomorphised for its type
