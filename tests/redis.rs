@@ -368,6 +368,50 @@ async fn killed_redis_leaves_requests_local_and_a_restart_resyncs() {
     assert_eq!(fleet[0].store.stats().unavailable_episodes, 1);
 }
 
+#[tokio::test]
+async fn a_slow_redis_blocks_no_request_and_counts_as_unavailable_until_it_answers() {
+    let server = RedisServer::start_debuggable();
+    let upstream = Upstream::default();
+    let mut instance = Instance::new(
+        store(&server, "slow"),
+        config("llm", 3, Duration::from_secs(30)),
+        &upstream,
+    );
+    synced(std::slice::from_ref(&instance)).await;
+    let mut events = instance.store.subscribe();
+    // Redis stops answering for two seconds (ten command timeouts).
+    let sleeper = tokio::spawn({
+        let url = server.url();
+        async move {
+            let client = redis::Client::open(url).unwrap();
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg(2)
+                .query_async::<()>(&mut conn)
+                .await
+        }
+    });
+    let event = next_event(&mut events).await;
+    assert!(matches!(event, StoreEvent::Unavailable { .. }), "{event:?}");
+    // Failures and successes meanwhile: each answered at the first poll.
+    upstream.failing.store(true, Ordering::SeqCst);
+    for _ in 0..3 {
+        let service = futures_ready(instance.service.ready())
+            .expect("ready at once")
+            .expect("no error");
+        assert!(matches!(futures_ready(service.call(())), Some(Err(_))));
+    }
+    assert_eq!(
+        instance.state(),
+        State::Open,
+        "tripped on its local breaker"
+    );
+    sleeper.await.unwrap().expect("DEBUG SLEEP");
+    assert_eq!(next_event(&mut events).await, StoreEvent::Restored);
+    assert_eq!(instance.store.stats().unavailable_episodes, 1);
+}
+
 /// Polls `future` once with a no-op waker.
 fn futures_ready<F: std::future::Future>(future: F) -> Option<F::Output> {
     let mut future = std::pin::pin!(future);

@@ -66,6 +66,14 @@ impl RedisServer {
         Self::start_with(free_port(), Vec::new())
     }
 
+    /// A server that takes `DEBUG` commands (`DEBUG SLEEP` makes it slow).
+    pub fn start_debuggable() -> Self {
+        Self::start_with(
+            free_port(),
+            vec!["--enable-debug-command".into(), "yes".into()],
+        )
+    }
+
     fn start_with(port: u16, extra: Vec<String>) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "tcb-redis-{}-{port}-{}",
