@@ -132,7 +132,9 @@ const MIN_DEGRADATION: f64 = 1e-4;
 /// policy. The breaker resets the test (never the baseline) whenever it
 /// opens, so the baseline survives outages and manual resets; a new trip
 /// policy (through [`Breaker::reconfigure`](crate::Breaker::reconfigure))
-/// starts a new one.
+/// starts a new one. A lasting rise large enough to trip the test keeps
+/// tripping it: the baseline learns only the outcomes between trips that
+/// are old enough, so it follows such a rise slowly, if at all.
 ///
 /// The baseline is capped at `ceiling − d`, so `p1 ≤ ceiling`: a failure rate
 /// at or above [`ceiling`](Self::ceiling) always trips, however long the
@@ -199,8 +201,10 @@ impl Adaptive {
     /// The smallest rise of the failure rate worth catching, as an absolute
     /// share of calls: 0.1 means ten points (2% to 12%, 10% to 20%). At
     /// least 0.0001, and below the [`ceiling`](Self::ceiling) (default 0.1).
-    /// Smaller rises still trip it if they last, later; a lasting rise of
-    /// less than about half of it is learned as the new baseline.
+    /// Smaller rises trip it too if they last, the later the smaller they
+    /// are; one too small for the test to tell from noise (over a baseline
+    /// of a few percent, about a third of it or less) is learned as the new
+    /// baseline.
     pub fn min_degradation(mut self, rise: f64) -> Self {
         self.min_degradation = rise;
         self
