@@ -126,10 +126,12 @@ const MIN_DEGRADATION: f64 = 1e-4;
 /// The baseline is a running mean of closed-state outcomes that becomes an
 /// exponentially weighted one after [`baseline_horizon`] outcomes, so it
 /// follows a drifting dependency over about that many calls. Outcomes are
-/// learned 192 to 255 calls late, and only if the breaker did not open
-/// meanwhile: the calls that led to a trip never teach the baseline that a
-/// degradation is normal. Outcomes while open or half-open never reach a trip
-/// policy. The breaker resets the test (never the baseline) whenever it
+/// learned 192 to 255 calls late, and once warmed up only if the breaker did
+/// not open meanwhile: the calls that led to a trip never teach the baseline
+/// that a degradation is normal. (During the warm-up the fallback's trips
+/// forget nothing: a fixed policy may trip on the dependency's normal
+/// failures, and the baseline must learn them.) Outcomes while open or
+/// half-open never reach a trip policy. The breaker resets the test (never the baseline) whenever it
 /// opens, so the baseline survives outages and manual resets; a new trip
 /// policy (through [`Breaker::reconfigure`](crate::Breaker::reconfigure))
 /// starts a new one. A lasting rise large enough to trip the test keeps
@@ -567,7 +569,12 @@ impl Detector {
     /// outcomes not yet learned are forgotten. The baseline stays.
     pub(crate) fn reset(&mut self) {
         self.tests.iter_mut().for_each(Cusum::clear);
-        self.held.clear();
+        // The fallback knows nothing of the baseline and may trip on the
+        // dependency's normal failures: forgetting what it tripped on would
+        // keep the baseline from learning them, and the warm-up from ending.
+        if !self.warming_up() {
+            self.held.clear();
+        }
         self.fallback.reset();
     }
 
@@ -671,6 +678,19 @@ mod tests {
         assert_eq!((detector.rate, detector.learned), (rate, learned));
         assert_eq!(detector.held.full, 0);
         assert!(detector.tests.iter().all(|t| t.statistic == 0.0));
+    }
+
+    #[test]
+    fn trips_of_the_fallback_during_the_warm_up_forget_nothing() {
+        let policy = Adaptive::new().warm_up(1_000);
+        let mut detector = Detector::new(&policy);
+        for i in 0..200 {
+            if detector.record(outcome(i % 10 < 5), 0).is_some() {
+                detector.reset();
+            }
+        }
+        assert_eq!(detector.held.full, 3, "{:?}", detector.held);
+        assert!(detector.warming_up());
     }
 
     #[test]
