@@ -546,6 +546,60 @@ fn invalid_parameters_are_config_errors() {
     );
 }
 
+/// Any number: ordinary ones, edges, and raw bit patterns (NaN, infinities,
+/// subnormals).
+fn any_number() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        -2.0..2.0f64,
+        0.0..200_000.0f64,
+        prop::sample::select(vec![
+            0.0,
+            1.0,
+            1e-6,
+            1e-4,
+            100_000.0,
+            f64::NAN,
+            f64::INFINITY
+        ]),
+        any::<u64>().prop_map(f64::from_bits),
+    ]
+}
+
+#[test]
+fn any_parameters_build_or_give_a_config_error_never_a_panic() {
+    let strategy = (
+        any_number(),
+        any_number(),
+        any_number(),
+        any::<u32>(),
+        any::<u32>(),
+    );
+    run(
+        256,
+        strategy,
+        |(budget, rise, ceiling, warm_up, horizon)| {
+            let policy = Adaptive::new()
+                .false_trips_per_million(budget)
+                .min_degradation(rise)
+                .ceiling(ceiling)
+                .warm_up(warm_up)
+                .baseline_horizon(horizon);
+            let valid = (1e-6..=100_000.0).contains(&budget)
+                && (1e-4..1.0).contains(&rise)
+                && ceiling > rise
+                && ceiling <= 1.0
+                && horizon > 0;
+            let built = with(policy.clone()).build();
+            prop_assert_eq!(built.is_ok(), valid, "{:?}", built);
+            if let Err(err) = built {
+                prop_assert!(err.field().starts_with("trip.adaptive."), "{}", err);
+            }
+            prop_assert_eq!(policy.max_failures_to_trip().is_some(), valid);
+            Ok(())
+        },
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn extreme_valid_parameters_build_and_run() {
     let policies = [
