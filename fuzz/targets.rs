@@ -21,7 +21,7 @@ use tower_circuit_breaker::classify::{
     parse_retry_after, Classify, HttpClassifier, Outcome, Verdict,
 };
 use tower_circuit_breaker::policy::{
-    ConsecutiveFailures, CountWindow, SlowCalls, TimeWindow, TripPolicy,
+    Adaptive, ConsecutiveFailures, CountWindow, SlowCalls, TimeWindow, TripPolicy,
 };
 use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, State};
 
@@ -245,7 +245,7 @@ fn is_date_like(value: &HeaderValue) -> bool {
 
 /// A trip policy of any shape, nested up to three levels.
 pub fn policy(input: &mut Input<'_>, depth: u32) -> TripPolicy {
-    let kinds = if depth < 3 { 5 } else { 4 };
+    let kinds = if depth < 3 { 6 } else { 5 };
     match input.byte() % kinds {
         0 => ConsecutiveFailures::new(input.count()).into(),
         1 => {
@@ -284,6 +284,31 @@ pub fn policy(input: &mut Input<'_>, depth: u32) -> TripPolicy {
             if set & 8 != 0 {
                 p = p.min_calls(input.count());
             }
+            p.into()
+        }
+        4 => {
+            let mut p = Adaptive::new();
+            let set = input.byte();
+            if set & 1 != 0 {
+                p = p.false_trips_per_million(input.float());
+            }
+            if set & 2 != 0 {
+                p = p.min_degradation(input.float());
+            }
+            if set & 4 != 0 {
+                p = p.warm_up(input.count());
+            }
+            if set & 8 != 0 {
+                p = p.ceiling(input.float());
+            }
+            if set & 16 != 0 {
+                p = p.baseline_horizon(input.count());
+            }
+            if set & 32 != 0 && depth < 3 {
+                p = p.fallback(policy(input, depth + 1));
+            }
+            // The bound on a hard outage is computed for any values.
+            let _ = p.max_failures_to_trip();
             p.into()
         }
         _ => {

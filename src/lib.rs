@@ -75,7 +75,8 @@
 //! # Trip policies
 //!
 //! See [`policy`]: consecutive failures (default), count window, time
-//! window, slow calls, and any-of combinations.
+//! window, slow calls, an adaptive test against the dependency's learned
+//! baseline, and any-of combinations.
 //!
 //! ```
 //! use std::time::Duration;

@@ -232,7 +232,7 @@ fn config_text(rng: &mut Rng) -> Vec<u8> {
         let duration = |rng: &mut Rng| pick_mostly_good(rng, &DURATIONS, 4);
         let number = |rng: &mut Rng| pick_mostly_good(rng, &NUMBERS, 6);
         let (name, fields): (&str, Vec<(&str, String)>) =
-            match rng.below(if depth < 2 { 5 } else { 4 }) {
+            match rng.below(if depth < 2 { 6 } else { 5 }) {
                 0 => ("consecutive_failures", vec![("threshold", number(rng))]),
                 1 => (
                     "count_window",
@@ -269,6 +269,19 @@ fn config_text(rng: &mut Rng) -> Vec<u8> {
                             ("min_calls", number(rng)),
                         ],
                     )
+                }
+                4 => {
+                    let mut fields = vec![
+                        ("false_trips_per_million", number(rng)),
+                        ("min_degradation", number(rng)),
+                        ("warm_up", number(rng)),
+                        ("ceiling", number(rng)),
+                        ("baseline_horizon", number(rng)),
+                    ];
+                    if depth < 2 {
+                        fields.push(("fallback", policy(rng, json, depth + 1)));
+                    }
+                    ("adaptive", fields)
                 }
                 _ => {
                     let members: Vec<String> = (0..rng.below(3))

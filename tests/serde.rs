@@ -9,7 +9,8 @@ use serde_json::json;
 use tower::{service_fn, BoxError, Service, ServiceExt};
 use tower_circuit_breaker::events::Transition;
 use tower_circuit_breaker::policy::{
-    ConsecutiveFailures, CountWindow, PolicyFigures, SlowCalls, TimeWindow, TripPolicy, TripReason,
+    Adaptive, ConsecutiveFailures, CountWindow, PolicyFigures, SlowCalls, TimeWindow, TripPolicy,
+    TripReason,
 };
 use tower_circuit_breaker::serde::RegistryConfig;
 use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, Counts, State};
@@ -110,6 +111,26 @@ fn every_policy_form() -> Vec<(&'static str, TripPolicy)> {
         (
             r#"{ slow_calls = { slower_than = "10s", over_time = { length = "5m" } } }"#,
             SlowCalls::new(secs(10)).over_time(secs(300), 10).into(),
+        ),
+        ("{ adaptive = {} }", Adaptive::new().into()),
+        (
+            "{ adaptive = { false_trips_per_million = 0.5, min_degradation = 0.15, warm_up = 2000, ceiling = 0.6, baseline_horizon = 100000, fallback = { count_window = { failures = 5, window = 20 } } } }",
+            Adaptive::new()
+                .false_trips_per_million(0.5)
+                .min_degradation(0.15)
+                .warm_up(2_000)
+                .ceiling(0.6)
+                .baseline_horizon(100_000)
+                .fallback(CountWindow::new(5, 20))
+                .into(),
+        ),
+        (
+            // Adaptive, or every one of the last five failed.
+            "{ any_of = [ { adaptive = { false_trips_per_million = 1 } }, { count_window = { failures = 5, window = 5 } } ] }",
+            TripPolicy::any_of([
+                Adaptive::new().false_trips_per_million(1.0).into(),
+                CountWindow::new(5, 5).into(),
+            ]),
         ),
         (
             r#"{ any_of = [ { consecutive_failures = { threshold = 3 } }, { time_window = { window = "60s", buckets = 6, min_calls = 20, failure_rate = 0.5 } } ] }"#,
@@ -394,6 +415,32 @@ fn values_out_of_range_name_their_field() {
             "trip.slow_calls.slower_than",
             "must be longer than zero",
         ),
+        // Adaptive parameters, and its fallback by its path.
+        (
+            "trip = { adaptive = { false_trips_per_million = 0 } }",
+            "trip.adaptive.false_trips_per_million",
+            "must be between 0.000001 and 100000, got 0",
+        ),
+        (
+            "trip = { adaptive = { min_degradation = 0.5 } }",
+            "trip.adaptive.min_degradation",
+            "must be below the ceiling (0.5), got 0.5",
+        ),
+        (
+            "trip = { adaptive = { ceiling = 1.5 } }",
+            "trip.adaptive.ceiling",
+            "must be in (0, 1], got 1.5",
+        ),
+        (
+            "trip = { adaptive = { baseline_horizon = 0 } }",
+            "trip.adaptive.baseline_horizon",
+            "must be at least 1",
+        ),
+        (
+            "trip = { any_of = [ { adaptive = { fallback = { count_window = { failures = 3, window = 2 } } } } ] }",
+            "trip.any_of[0].adaptive.fallback.count_window.failures",
+            "must be at most the window (2)",
+        ),
         // An empty any-of, and one member of a nested one.
         (
             "trip = { any_of = [] }",
@@ -471,6 +518,16 @@ fn values_of_the_wrong_type_or_missing_name_their_field() {
             r#"trip = { slow_calls = { slower_than = "1s", over_calls = 10, over_time = { length = "1m" } } }"#,
             "trip.slow_calls.over_time",
             "conflicts with `over_calls`",
+        ),
+        (
+            "trip = { adaptive = { warm_up = 0.5 } }",
+            "trip.adaptive.warm_up",
+            "must be a whole number, got float 0.5",
+        ),
+        (
+            r#"trip = { adaptive = { min_degradation = "10%" } }"#,
+            "trip.adaptive.min_degradation",
+            "must be a number, got string \"10%\"",
         ),
         (
             "probes = true",
@@ -811,6 +868,14 @@ fn every_trip_reason_and_figure_serializes_with_its_policy() {
             json!({ "policy": "slow_calls", "slow": 8, "calls": 10, "message": "8 slow calls in 10 calls" }),
         ),
         (
+            TripReason::Adaptive {
+                failures: 9,
+                calls: 33,
+                baseline: 0.02,
+            },
+            json!({ "policy": "adaptive", "failures": 9, "calls": 33, "baseline": 0.02, "message": "9 failures in the last 33 calls, significantly above the baseline failure rate of 2.00%" }),
+        ),
+        (
             TripReason::ProbeFailed,
             json!({ "policy": "probe_failed", "message": "half-open probe failed" }),
         ),
@@ -849,6 +914,32 @@ fn every_trip_reason_and_figure_serializes_with_its_policy() {
             { "policy": "time_window", "calls": 20, "failures": 4 },
             { "policy": "slow_calls", "calls": 10, "slow": 1 },
         ] })
+    );
+    let warming = PolicyFigures::Adaptive {
+        baseline: 0.015,
+        learned: 640,
+        statistic: 1.5,
+        threshold: 12.25,
+        fallback: Some(Box::new(PolicyFigures::ConsecutiveFailures {
+            failures: 1,
+            threshold: 5,
+        })),
+    };
+    assert_eq!(
+        serde_json::to_value(&warming).unwrap(),
+        json!({ "policy": "adaptive", "baseline": 0.015, "learned": 640, "statistic": 1.5, "threshold": 12.25,
+            "fallback": { "policy": "consecutive_failures", "failures": 1, "threshold": 5 } })
+    );
+    let warm = PolicyFigures::Adaptive {
+        baseline: 0.02,
+        learned: 10_048,
+        statistic: 0.0,
+        threshold: 12.25,
+        fallback: None,
+    };
+    assert_eq!(
+        serde_json::to_value(&warm).unwrap(),
+        json!({ "policy": "adaptive", "baseline": 0.02, "learned": 10_048, "statistic": 0.0, "threshold": 12.25, "fallback": null })
     );
 }
 

@@ -10,8 +10,10 @@
 //! | [`CountWindow`] | `k` of the last `N` outcomes failed | failures interleave with successes; traffic is bursty |
 //! | [`TimeWindow`] | failure share over a time window reaches a rate | traffic is steady and a rate means something |
 //! | [`SlowCalls`] | share of slow calls reaches a rate | the dependency degrades by slowing down before it fails |
+//! | [`Adaptive`] | recent outcomes are significantly worse than the dependency's learned baseline, by a sequential test with a stated false-trip rate | the normal failure rate is not zero, differs between dependencies, or drifts |
 //! | [`TripPolicy::any_of`] | any member trips | you want a fast trip on a hard outage and a rate for partial ones |
 
+mod adaptive;
 mod consecutive;
 mod count_window;
 mod slow_calls;
@@ -20,6 +22,7 @@ mod time_window;
 use std::fmt;
 use std::time::Duration;
 
+pub use adaptive::Adaptive;
 pub use consecutive::ConsecutiveFailures;
 pub use count_window::CountWindow;
 pub use slow_calls::{SlowCalls, Window};
@@ -44,6 +47,8 @@ pub enum TripPolicy {
     TimeWindow(TimeWindow),
     /// See [`SlowCalls`].
     SlowCalls(SlowCalls),
+    /// See [`Adaptive`].
+    Adaptive(Adaptive),
     /// Trips when any member trips; the first member (in order) that trips
     /// is the one the transition names.
     AnyOf(Vec<TripPolicy>),
@@ -73,6 +78,7 @@ impl TripPolicy {
             TripPolicy::CountWindow(p) => p.validate(&format!("{path}.count_window")),
             TripPolicy::TimeWindow(p) => p.validate(&format!("{path}.time_window")),
             TripPolicy::SlowCalls(p) => p.validate(&format!("{path}.slow_calls")),
+            TripPolicy::Adaptive(p) => p.validate(&format!("{path}.adaptive")),
             TripPolicy::AnyOf(list) => {
                 if list.is_empty() {
                     return Err(ConfigError::new(
@@ -88,11 +94,13 @@ impl TripPolicy {
     }
 
     /// Whether recording a success needs the time: time windows do; streaks
-    /// and count windows only need it for failures.
+    /// and count windows only need it for failures; an adaptive policy only
+    /// for its fallback.
     pub(crate) fn needs_clock(&self) -> bool {
         match self {
             TripPolicy::ConsecutiveFailures(_) | TripPolicy::CountWindow(_) => false,
             TripPolicy::TimeWindow(_) | TripPolicy::SlowCalls(_) => true,
+            TripPolicy::Adaptive(p) => p.needs_clock(),
             TripPolicy::AnyOf(list) => list.iter().any(TripPolicy::needs_clock),
         }
     }
@@ -101,6 +109,7 @@ impl TripPolicy {
     pub(crate) fn needs_latency(&self) -> bool {
         match self {
             TripPolicy::SlowCalls(_) => true,
+            TripPolicy::Adaptive(p) => p.needs_latency(),
             TripPolicy::AnyOf(list) => list.iter().any(TripPolicy::needs_latency),
             _ => false,
         }
@@ -122,7 +131,13 @@ macro_rules! from_policy {
         }
     )*};
 }
-from_policy!(ConsecutiveFailures, CountWindow, TimeWindow, SlowCalls);
+from_policy!(
+    ConsecutiveFailures,
+    CountWindow,
+    TimeWindow,
+    SlowCalls,
+    Adaptive
+);
 
 /// Why a breaker opened: the policy that tripped and its figures, or a
 /// failed probe.
@@ -155,6 +170,16 @@ pub enum TripReason {
         /// Calls in the window.
         calls: u32,
     },
+    /// [`Adaptive`] tripped with `failures` in the last `calls`, significantly
+    /// more than its learned `baseline` failure rate gives.
+    Adaptive {
+        /// Failures since the test's evidence last stood at zero.
+        failures: u32,
+        /// Calls since the test's evidence last stood at zero.
+        calls: u32,
+        /// The baseline failure rate learned, in [0, 1].
+        baseline: f64,
+    },
     /// A half-open probe failed.
     ProbeFailed,
     /// A half-open probe was still running after the probe timeout.
@@ -184,6 +209,7 @@ impl TripReason {
             TripReason::CountWindow { .. } => "count_window",
             TripReason::FailureRate { .. } => "time_window",
             TripReason::SlowCallRate { .. } => "slow_calls",
+            TripReason::Adaptive { .. } => "adaptive",
             TripReason::ProbeFailed => "probe_failed",
             TripReason::ProbeTimedOut => "probe_timed_out",
             TripReason::Manual => "manual",
@@ -211,6 +237,15 @@ impl fmt::Display for TripReason {
             TripReason::SlowCallRate { slow, calls } => {
                 write!(f, "{slow} slow calls in {calls} calls")
             }
+            TripReason::Adaptive {
+                failures,
+                calls,
+                baseline,
+            } => write!(
+                f,
+                "{failures} failures in the last {calls} calls, significantly above the baseline failure rate of {:.2}%",
+                baseline * 100.0
+            ),
             TripReason::ProbeFailed => f.write_str("half-open probe failed"),
             TripReason::ProbeTimedOut => f.write_str("half-open probe timed out"),
             TripReason::Manual => f.write_str("set by an operator"),
@@ -259,6 +294,21 @@ pub enum PolicyFigures {
         /// Slow calls in the window.
         slow: u32,
     },
+    /// The learned baseline and the test against it.
+    Adaptive {
+        /// The baseline failure rate learned, in [0, 1].
+        baseline: f64,
+        /// Outcomes the baseline has learned.
+        learned: u64,
+        /// The evidence (log-likelihood ratio) of the test nearest to
+        /// tripping...
+        statistic: f64,
+        /// ...and the evidence that trips it.
+        threshold: f64,
+        /// While warming up, the figures of the fallback policy, which
+        /// judges until then.
+        fallback: Option<Box<PolicyFigures>>,
+    },
     /// Figures of each member, in order.
     AnyOf(Vec<PolicyFigures>),
 }
@@ -278,6 +328,7 @@ pub(crate) enum PolicyState {
     CountWindow(count_window::Ring),
     TimeWindow(time_window::FailureRate),
     SlowCalls(slow_calls::SlowRate),
+    Adaptive(adaptive::Detector),
     AnyOf(Vec<PolicyState>),
 }
 
@@ -290,6 +341,7 @@ impl PolicyState {
             TripPolicy::CountWindow(p) => PolicyState::CountWindow(count_window::Ring::new(p)),
             TripPolicy::TimeWindow(p) => PolicyState::TimeWindow(time_window::FailureRate::new(p)),
             TripPolicy::SlowCalls(p) => PolicyState::SlowCalls(slow_calls::SlowRate::new(p)),
+            TripPolicy::Adaptive(p) => PolicyState::Adaptive(adaptive::Detector::new(p)),
             TripPolicy::AnyOf(list) => {
                 PolicyState::AnyOf(list.iter().map(PolicyState::new).collect())
             }
@@ -304,6 +356,7 @@ impl PolicyState {
             PolicyState::CountWindow(p) => p.record(sample, now_ms),
             PolicyState::TimeWindow(p) => p.record(sample, now_ms),
             PolicyState::SlowCalls(p) => p.record(sample, now_ms),
+            PolicyState::Adaptive(p) => p.record(sample, now_ms),
             PolicyState::AnyOf(list) => list
                 .iter_mut()
                 .map(|p| p.record(sample, now_ms))
@@ -312,22 +365,28 @@ impl PolicyState {
     }
 
     /// Whether a success could change this policy's state. When it cannot,
-    /// the breaker skips recording successes altogether.
+    /// the breaker skips recording successes altogether. An adaptive policy
+    /// learns from every success.
     pub(crate) fn success_matters(&self) -> bool {
         match self {
             PolicyState::Consecutive(p) => p.success_matters(),
             PolicyState::CountWindow(p) => p.success_matters(),
-            PolicyState::TimeWindow(_) | PolicyState::SlowCalls(_) => true,
+            PolicyState::TimeWindow(_) | PolicyState::SlowCalls(_) | PolicyState::Adaptive(_) => {
+                true
+            }
             PolicyState::AnyOf(list) => list.iter().any(PolicyState::success_matters),
         }
     }
 
+    /// Called whenever the breaker opens, and on a manual reset. An adaptive
+    /// policy clears its test and keeps its baseline.
     pub(crate) fn reset(&mut self) {
         match self {
             PolicyState::Consecutive(p) => p.reset(),
             PolicyState::CountWindow(p) => p.reset(),
             PolicyState::TimeWindow(p) => p.reset(),
             PolicyState::SlowCalls(p) => p.reset(),
+            PolicyState::Adaptive(p) => p.reset(),
             PolicyState::AnyOf(list) => list.iter_mut().for_each(PolicyState::reset),
         }
     }
@@ -354,6 +413,7 @@ impl PolicyState {
                 let (calls, slow) = p.totals(now_ms);
                 PolicyFigures::SlowCalls { calls, slow }
             }
+            PolicyState::Adaptive(p) => p.figures(now_ms),
             PolicyState::AnyOf(list) => {
                 PolicyFigures::AnyOf(list.iter().map(|p| p.figures(now_ms)).collect())
             }

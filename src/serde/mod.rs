@@ -33,6 +33,7 @@
 //! | `count_window` | **`failures`**, **`window`**, `stale_after` |
 //! | `time_window` | **`window`**, `buckets`, `min_calls`, `failure_rate` |
 //! | `slow_calls` | **`slower_than`**, `rate`, `over_calls` or `over_time = { length, buckets }`, `min_calls` |
+//! | `adaptive` | `false_trips_per_million`, `min_degradation`, `warm_up`, `ceiling`, `baseline_horizon`, `fallback` (a policy) |
 //! | `any_of` | a list of policies |
 //!
 //! Fields left out keep the builders' defaults.

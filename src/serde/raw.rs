@@ -16,7 +16,9 @@ use ::serde::Deserialize;
 
 use super::scalar::{present, required, Scalar};
 use crate::error::ConfigError;
-use crate::policy::{ConsecutiveFailures, CountWindow, SlowCalls, TimeWindow, TripPolicy};
+use crate::policy::{
+    Adaptive, ConsecutiveFailures, CountWindow, SlowCalls, TimeWindow, TripPolicy,
+};
 use crate::{Config, ConfigBuilder};
 
 /// `prefix.field`, or `field` at the top.
@@ -161,6 +163,7 @@ pub(super) enum RawTrip {
     CountWindow(RawCountWindow),
     TimeWindow(RawTimeWindow),
     SlowCalls(RawSlowCalls),
+    Adaptive(RawAdaptive),
     AnyOf(Vec<RawTrip>),
 }
 
@@ -208,6 +211,23 @@ pub(super) struct RawSlowCalls {
     over_time: Option<RawOverTime>,
     #[serde(default, deserialize_with = "present")]
     min_calls: Option<Scalar>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdaptive {
+    #[serde(default, deserialize_with = "present")]
+    false_trips_per_million: Option<Scalar>,
+    #[serde(default, deserialize_with = "present")]
+    min_degradation: Option<Scalar>,
+    #[serde(default, deserialize_with = "present")]
+    warm_up: Option<Scalar>,
+    #[serde(default, deserialize_with = "present")]
+    ceiling: Option<Scalar>,
+    #[serde(default, deserialize_with = "present")]
+    baseline_horizon: Option<Scalar>,
+    #[serde(default)]
+    fallback: Option<Box<RawTrip>>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -286,6 +306,30 @@ impl RawTrip {
                 }
                 if let Some(v) = &raw.min_calls {
                     policy = policy.min_calls(v.count(&at("min_calls"))?);
+                }
+                policy.into()
+            }
+            RawTrip::Adaptive(raw) => {
+                let at = |field| format!("{path}.adaptive.{field}");
+                let mut policy = Adaptive::new();
+                if let Some(v) = &raw.false_trips_per_million {
+                    policy =
+                        policy.false_trips_per_million(v.number(&at("false_trips_per_million"))?);
+                }
+                if let Some(v) = &raw.min_degradation {
+                    policy = policy.min_degradation(v.number(&at("min_degradation"))?);
+                }
+                if let Some(v) = &raw.warm_up {
+                    policy = policy.warm_up(v.count(&at("warm_up"))?);
+                }
+                if let Some(v) = &raw.ceiling {
+                    policy = policy.ceiling(v.number(&at("ceiling"))?);
+                }
+                if let Some(v) = &raw.baseline_horizon {
+                    policy = policy.baseline_horizon(v.count(&at("baseline_horizon"))?);
+                }
+                if let Some(fallback) = &raw.fallback {
+                    policy = policy.fallback(fallback.policy(&at("fallback"))?);
                 }
                 policy.into()
             }

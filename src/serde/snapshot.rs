@@ -62,14 +62,29 @@ impl Serialize for Counts {
 }
 
 /// As a struct: `policy` (the name [`TripReason::policy`] gives), the
-/// figures of the trip if any (`failures`, `window`, `calls`, `slow`, or
-/// `retry_after_ms` for a pushback), and `message`, the reason in words.
+/// figures of the trip if any (`failures`, `window`, `calls`, `slow`,
+/// `baseline` for an adaptive policy, or `retry_after_ms` for a pushback),
+/// and `message`, the reason in words.
 impl Serialize for TripReason {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         if let TripReason::Pushback { retry_after } = *self {
             let mut s = serializer.serialize_struct("TripReason", 3)?;
             s.serialize_field("policy", self.policy())?;
             s.serialize_field("retry_after_ms", &millis_up(retry_after))?;
+            s.serialize_field("message", &self.to_string())?;
+            return s.end();
+        }
+        if let TripReason::Adaptive {
+            failures,
+            calls,
+            baseline,
+        } = *self
+        {
+            let mut s = serializer.serialize_struct("TripReason", 5)?;
+            s.serialize_field("policy", self.policy())?;
+            s.serialize_field("failures", &failures)?;
+            s.serialize_field("calls", &calls)?;
+            s.serialize_field("baseline", &baseline)?;
             s.serialize_field("message", &self.to_string())?;
             return s.end();
         }
@@ -82,7 +97,8 @@ impl Serialize for TripReason {
                 &[("failures", failures), ("calls", calls)]
             }
             TripReason::SlowCallRate { slow, calls } => &[("slow", slow), ("calls", calls)],
-            TripReason::ProbeFailed
+            TripReason::Adaptive { .. }
+            | TripReason::ProbeFailed
             | TripReason::ProbeTimedOut
             | TripReason::Manual
             | TripReason::Pushback { .. }
@@ -99,8 +115,10 @@ impl Serialize for TripReason {
 }
 
 /// As a struct: `policy` (`consecutive_failures`, `count_window`,
-/// `time_window`, `slow_calls` or `any_of`) and its figures; an any-of
-/// holds its members' in `members`.
+/// `time_window`, `slow_calls`, `adaptive` or `any_of`) and its figures; an
+/// any-of holds its members' in `members`, an adaptive policy its
+/// `baseline`, `learned`, `statistic`, `threshold` and, while warming up,
+/// its fallback's figures in `fallback` (otherwise null).
 impl Serialize for PolicyFigures {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let (policy, figures): (&'static str, &[(&'static str, u32)]) = match *self {
@@ -133,6 +151,22 @@ impl Serialize for PolicyFigures {
                 let mut s = serializer.serialize_struct("PolicyFigures", 2)?;
                 s.serialize_field("policy", "any_of")?;
                 s.serialize_field("members", members)?;
+                return s.end();
+            }
+            PolicyFigures::Adaptive {
+                baseline,
+                learned,
+                statistic,
+                threshold,
+                ref fallback,
+            } => {
+                let mut s = serializer.serialize_struct("PolicyFigures", 6)?;
+                s.serialize_field("policy", "adaptive")?;
+                s.serialize_field("baseline", &baseline)?;
+                s.serialize_field("learned", &learned)?;
+                s.serialize_field("statistic", &statistic)?;
+                s.serialize_field("threshold", &threshold)?;
+                s.serialize_field("fallback", fallback)?;
                 return s.end();
             }
         };
