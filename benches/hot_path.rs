@@ -102,7 +102,7 @@ use tower::timeout::Timeout;
 use tower::util::ServiceFn;
 use tower::{service_fn, BoxError, Layer, Service};
 use tower_circuit_breaker::policy::{
-    ConsecutiveFailures, CountWindow, SlowCalls, TimeWindow, TripPolicy,
+    Adaptive, ConsecutiveFailures, CountWindow, SlowCalls, TimeWindow, TripPolicy,
 };
 use tower_circuit_breaker::registry::{KeyedLayer, Registry, RegistryFull};
 use tower_circuit_breaker::{Breaker, CircuitBreaker, CircuitOpen, Config, Readiness, State};
@@ -735,6 +735,11 @@ fn scenarios() -> Vec<Scenario> {
         closed(
             "closed/slow_calls",
             config("closed/slow_calls", SlowCalls::new(Duration::from_secs(1))),
+            inner(),
+        ),
+        closed(
+            "closed/adaptive",
+            config("closed/adaptive", Adaptive::new()),
             inner(),
         ),
         rejected("rejected", inner(), || BenchError::Failed),
