@@ -76,8 +76,13 @@
 //! much and more (sentinel, client tracking, its own pooling), at the price
 //! of a larger dependency tree and an API that owns its reconnection
 //! policy. TLS and authentication come from the URL (`rediss://`,
-//! `redis://user:password@host`), as redis-rs supports them; TLS needs one
-//! of redis-rs's TLS features enabled in the application.
+//! `redis://user:password@host`), as redis-rs supports them. TLS needs one
+//! of redis-rs's TLS features, which the application turns on by depending
+//! on the same redis-rs release (cargo unifies features), for example:
+//!
+//! ```toml
+//! redis = { version = "0.32", features = ["tokio-rustls-comp", "tls-rustls-webpki-roots"] }
+//! ```
 //!
 //! # Example
 //!
