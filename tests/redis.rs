@@ -312,6 +312,52 @@ async fn a_prober_that_dies_frees_the_probe_lock_by_expiry() {
 }
 
 #[tokio::test]
+async fn an_idle_prober_whose_lease_runs_out_unopposed_stays_half_open() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let lease = Duration::from_millis(200);
+    let mut one = Instance::new(
+        store(&server, "idle").probe_lease(lease).instance("solo"),
+        config("llm", 1, Duration::from_millis(100)),
+        &upstream,
+    );
+    synced(std::slice::from_ref(&one)).await;
+    assert_eq!(one.request().await, Answer::Failed);
+    eventually("half-open with the lock", || {
+        one.state() == State::HalfOpen && one.store.stats().probe_locks_won == 1
+    })
+    .await;
+    let mut transitions = one.breaker.subscribe();
+    // Five leases without a request: each runs out and is taken again.
+    tokio::time::sleep(lease * 5).await;
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    // Between a lease's end and its retaking the lock is free for a moment.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let holder: Option<String> = redis::cmd("GET")
+            .arg("idle:{llm}:probe_lock")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if holder.as_deref() == Some("solo") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the lock was never taken again");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(one.state(), State::HalfOpen);
+    assert!(
+        transitions.try_recv().is_err(),
+        "no transition while nobody else wanted the lock"
+    );
+    // A request is the probe.
+    upstream.recover();
+    assert_eq!(one.request().await, Answer::Answered);
+    assert_eq!(one.state(), State::Closed);
+}
+
+#[tokio::test]
 async fn killed_redis_leaves_requests_local_and_a_restart_resyncs() {
     let mut server = RedisServer::start();
     let upstream = Upstream::default();

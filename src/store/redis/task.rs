@@ -662,6 +662,16 @@ impl Task {
             }
             Reply::ProbeHeld {
                 generation,
+                lease_ms: 0,
+                ..
+            } if won_before == Some(generation) => {
+                // This instance's own lease ran out and was given up: race
+                // for the lock again at once, staying half-open meanwhile.
+                entry.won = None;
+                entry.next_probe = Some(now);
+            }
+            Reply::ProbeHeld {
+                generation,
                 lease_ms,
                 attempt,
             } => {
