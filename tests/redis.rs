@@ -358,6 +358,45 @@ async fn an_idle_prober_whose_lease_runs_out_unopposed_stays_half_open() {
 }
 
 #[tokio::test]
+async fn a_fleet_period_from_redis_never_outlasts_max_open() {
+    let server = RedisServer::start();
+    // Someone wrote an opening of about three years into Redis.
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg("forever:{llm}:record")
+        .arg(&["gen", "1", "attempt", "0", "ok", "0"][..])
+        .cmd("SET")
+        .arg("forever:{llm}:wait")
+        .arg(1)
+        .arg("PX")
+        .arg(100_000_000_000u64)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let max_open = Duration::from_secs(2);
+    let config = Config::builder()
+        .name("llm")
+        .max_open(max_open)
+        .cooldown(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let hold = Duration::from_millis(400);
+    let one = Instance::new(
+        store(&server, "forever").hold(hold),
+        config,
+        &Upstream::default(),
+    );
+    eventually("the fleet's opening adopted", || one.state() == State::Open).await;
+    let retry_after = one.breaker.retry_after().expect("open");
+    assert!(
+        retry_after <= max_open + hold,
+        "held open for {retry_after:?}, past max_open and the hold"
+    );
+}
+
+#[tokio::test]
 async fn killed_redis_leaves_requests_local_and_a_restart_resyncs() {
     let mut server = RedisServer::start();
     let upstream = Upstream::default();

@@ -86,6 +86,8 @@ impl Shared {
     ) -> bool {
         let mut book = self.lock();
         let now = self.now_ms();
+        // Whatever Redis says, no fleet period outlasts `max_open` here.
+        let left_ms = left_ms.min(super::ceil_ms(book.config.max_open));
         let until = now
             .saturating_add(left_ms)
             .saturating_add(hold_ms)

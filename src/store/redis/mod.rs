@@ -39,7 +39,8 @@
 //!   when Redis answers again resyncs: it adopts the fleet's openings and
 //!   shares the ones it made meanwhile ([`StoreEvent::Restored`]). A Redis
 //!   that answers something other than what the script returns is treated
-//!   as down.
+//!   as down, and no period read from Redis holds a breaker open longer
+//!   than its `max_open` (plus the hold below).
 //!
 //! # How the state is kept
 //!
