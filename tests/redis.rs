@@ -77,7 +77,7 @@ fn store(server: &RedisServer, prefix: &str) -> RedisStoreBuilder {
         .prefix(prefix)
         .refresh_interval(Duration::from_millis(200))
         .probe_lease(Duration::from_millis(800))
-        .hold(Duration::from_millis(400))
+        .hold(Duration::from_millis(700))
         .command_timeout(Duration::from_millis(200))
 }
 
@@ -340,7 +340,7 @@ async fn an_idle_prober_whose_lease_runs_out_unopposed_stays_half_open() {
             .query_async(&mut conn)
             .await
             .unwrap();
-        if holder.as_deref() == Some("solo") {
+        if holder.is_some_and(|h| h.starts_with("solo-")) {
             break;
         }
         assert!(Instant::now() < deadline, "the lock was never taken again");
@@ -382,18 +382,102 @@ async fn a_fleet_period_from_redis_never_outlasts_max_open() {
         .cooldown(Duration::from_secs(1))
         .build()
         .unwrap();
-    let hold = Duration::from_millis(400);
+    let hold = Duration::from_millis(700);
     let one = Instance::new(
         store(&server, "forever").hold(hold),
         config,
         &Upstream::default(),
     );
     eventually("the fleet's opening adopted", || one.state() == State::Open).await;
+    let adopted = Instant::now();
     let retry_after = one.breaker.retry_after().expect("open");
     assert!(
         retry_after <= max_open + hold,
         "held open for {retry_after:?}, past max_open and the hold"
     );
+    // Refreshes keep reading the same opening; they do not extend it.
+    eventually("the breaker leaves open", || one.state() != State::Open).await;
+    assert!(adopted.elapsed() <= max_open + hold + Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn a_key_holding_foreign_data_is_skipped_and_the_others_still_share() {
+    let server = RedisServer::start();
+    // Another application's string where a breaker's record would be.
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("poison:{bad}:record")
+        .arg("not a hash")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let upstream = Upstream::failing();
+    let open = Duration::from_secs(30);
+    let mut first = Vec::new();
+    let mut second = Vec::new();
+    for name in ["bad", "good"] {
+        first.push(Instance::new(
+            store(&server, "poison"),
+            config(name, 1, open),
+            &upstream,
+        ));
+        second.push(Instance::new(
+            store(&server, "poison"),
+            config(name, 1, open),
+            &upstream,
+        ));
+    }
+    eventually("a key error counted", || {
+        second[0].store.stats().key_errors > 0
+    })
+    .await;
+    assert!(
+        second[0].store.is_available(),
+        "one key does not take Redis down"
+    );
+    assert_eq!(first[1].request().await, Answer::Failed);
+    eventually("the good breaker's opening shared", || {
+        second[1].state() == State::Open
+    })
+    .await;
+    assert_eq!(second[0].state(), State::Closed);
+}
+
+#[tokio::test]
+async fn a_probe_lock_without_expiry_is_given_one_and_the_fleet_probes_again() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let lease = Duration::from_millis(300);
+    let mut one = Instance::new(
+        store(&server, "nolease").probe_lease(lease),
+        config("llm", 1, Duration::from_millis(200)),
+        &upstream,
+    );
+    synced(std::slice::from_ref(&one)).await;
+    assert_eq!(one.request().await, Answer::Failed);
+    eventually("open", || one.state() == State::Open).await;
+    // Someone takes the lock for good, without an expiry.
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("nolease:{llm}:probe_lock")
+        .arg("intruder")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // The script gives the lock a lease; once it ends, this instance probes.
+    upstream.recover();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while one.state() != State::Closed {
+        assert!(
+            Instant::now() < deadline,
+            "the intruder's lock held the fleet open"
+        );
+        one.request().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(one.store.stats().probe_locks_won >= 1);
 }
 
 #[tokio::test]
@@ -610,7 +694,7 @@ async fn a_redis_answering_garbage_counts_as_down_and_requests_go_on() {
     let builder = RedisStore::builder(format!("redis://127.0.0.1:{}", garbage.port))
         .refresh_interval(Duration::from_millis(100))
         .command_timeout(Duration::from_millis(200))
-        .hold(Duration::from_millis(300));
+        .hold(Duration::from_millis(700));
     let mut instance = Instance::new(
         builder,
         config("llm", 1, Duration::from_secs(30)),
@@ -626,7 +710,7 @@ async fn a_redis_answering_garbage_counts_as_down_and_requests_go_on() {
 }
 
 #[tokio::test]
-async fn a_full_queue_drops_the_oldest_writes_and_counts_them() {
+async fn writes_while_redis_is_down_are_dropped_and_counted() {
     // Nobody listens on this port: Redis is down from the start.
     let port = free_port();
     let upstream = Upstream::failing();
@@ -634,7 +718,7 @@ async fn a_full_queue_drops_the_oldest_writes_and_counts_them() {
         .queue_capacity(4)
         .refresh_interval(Duration::from_millis(50))
         .command_timeout(Duration::from_millis(100))
-        .hold(Duration::from_millis(200))
+        .hold(Duration::from_millis(350))
         .failures_to_open(1000);
     let mut instance = Instance::new(
         builder,
@@ -649,9 +733,51 @@ async fn a_full_queue_drops_the_oldest_writes_and_counts_them() {
     for _ in 0..10 {
         assert_eq!(instance.request().await, Answer::Failed);
     }
-    let stats = instance.store.stats();
-    assert_eq!(stats.dropped_writes, 6, "ten failures, room for four");
-    assert_eq!(stats.writes, 0);
+    eventually("every write dropped", || {
+        instance.store.stats().dropped_writes == 10
+    })
+    .await;
+    assert_eq!(instance.store.stats().writes, 0);
+}
+
+#[tokio::test]
+async fn an_outage_seen_and_over_while_redis_was_down_does_not_open_the_fleet_later() {
+    let mut server = RedisServer::start();
+    let upstream = Upstream::default();
+    let config = config("llm", 2, Duration::from_millis(200));
+    let mut fleet: Vec<Instance> = (0..2)
+        .map(|_| Instance::new(store(&server, "stale"), config.clone(), &upstream))
+        .collect();
+    synced(&fleet).await;
+    let mut events: Vec<_> = fleet.iter().map(|i| i.store.subscribe()).collect();
+    server.kill();
+    for events in &mut events {
+        assert!(matches!(
+            next_event(events).await,
+            StoreEvent::Unavailable { .. }
+        ));
+    }
+    // The first instance trips, probes and closes, all while Redis is away.
+    upstream.failing.store(true, Ordering::SeqCst);
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    assert_eq!(fleet[0].state(), State::Open);
+    upstream.recover();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fleet[0].state() != State::Closed {
+        assert!(Instant::now() < deadline, "never closed locally");
+        fleet[0].request().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.restart();
+    for events in &mut events {
+        assert_eq!(next_event(events).await, StoreEvent::Restored);
+    }
+    // A few refreshes later nobody has opened: the old failures stayed local.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(fleet[0].state(), State::Closed);
+    assert_eq!(fleet[1].state(), State::Closed);
+    assert_eq!(fleet[1].request().await, Answer::Answered);
 }
 
 #[tokio::test]

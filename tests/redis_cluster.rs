@@ -49,7 +49,7 @@ impl Instance {
             .prefix("cluster")
             .refresh_interval(Duration::from_millis(200))
             .probe_lease(Duration::from_millis(800))
-            .hold(Duration::from_millis(600))
+            .hold(Duration::from_millis(1300))
             .command_timeout(Duration::from_millis(400))
             .build()
             .expect("a valid store");

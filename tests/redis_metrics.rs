@@ -56,7 +56,7 @@ async fn an_unavailable_episode_is_counted_once_and_the_gauge_follows() {
         .prefix("metrics")
         .refresh_interval(Duration::from_millis(50))
         .command_timeout(Duration::from_millis(100))
-        .hold(Duration::from_millis(200))
+        .hold(Duration::from_millis(350))
         .build()
         .unwrap();
     let breaker = Breaker::new(Config::builder().name("llm").build().unwrap());

@@ -29,6 +29,9 @@ pub(crate) struct FleetBook {
     /// The fleet's failure count is known to be non-zero: the next success
     /// resets it.
     pub(crate) failures: bool,
+    /// When this breaker began following `generation`: it follows for at
+    /// most `max_open` (and the hold) from then, whatever Redis says.
+    pub(crate) since_ms: u64,
 }
 
 impl Shared {
@@ -86,11 +89,24 @@ impl Shared {
     ) -> bool {
         let mut book = self.lock();
         let now = self.now_ms();
-        // Whatever Redis says, no fleet period outlasts `max_open` here.
-        let left_ms = left_ms.min(super::ceil_ms(book.config.max_open));
+        // Whatever Redis says, no fleet opening holds this breaker longer
+        // than `max_open` (and the hold) from when it began following it;
+        // past that it probes on its own.
+        let since = if book.fleet.generation == generation {
+            book.fleet.since_ms
+        } else {
+            now
+        };
+        let latest = since
+            .saturating_add(super::ceil_ms(book.config.max_open))
+            .saturating_add(hold_ms);
+        if now >= latest {
+            return false;
+        }
         let until = now
             .saturating_add(left_ms)
             .saturating_add(hold_ms)
+            .min(latest)
             .min(MAX_DEADLINE_MS);
         let mut w = self.load();
         loop {
@@ -105,6 +121,7 @@ impl Shared {
             match self.cas(w, next) {
                 Ok(()) => {
                     book.fleet.generation = generation;
+                    book.fleet.since_ms = since;
                     book.fleet.failures = false;
                     book.attempt = attempt;
                     book.open_until_ms = until;

@@ -161,3 +161,30 @@ impl Link {
         self.push(Op::ProbeOk, args);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_drops_the_oldest_writes_and_counts_them() {
+        let queue = Queue::new(4);
+        for attempt in 0..10 {
+            queue.push(Write {
+                escaped: Arc::from("llm"),
+                op: Op::Fail,
+                args: Args {
+                    attempt,
+                    ..Args::default()
+                },
+            });
+        }
+        assert_eq!(queue.dropped.load(Ordering::Relaxed), 6);
+        let kept: Vec<u32> = queue
+            .take(usize::MAX)
+            .iter()
+            .map(|w| w.args.attempt)
+            .collect();
+        assert_eq!(kept, [6, 7, 8, 9], "the newest four");
+    }
+}

@@ -37,10 +37,16 @@
 //!   working on its local breakers, emits [`StoreEvent::Unavailable`] (and,
 //!   with the `metrics` feature, counts the episode) once per episode, and
 //!   when Redis answers again resyncs: it adopts the fleet's openings and
-//!   shares the ones it made meanwhile ([`StoreEvent::Restored`]). A Redis
-//!   that answers something other than what the script returns is treated
-//!   as down, and no period read from Redis holds a breaker open longer
-//!   than its `max_open` (plus the hold below).
+//!   shares those of its own still open ([`StoreEvent::Restored`]).
+//!   Outcomes seen meanwhile stay local: writes due while Redis is down are
+//!   dropped and counted, never replayed later for an outage that may be
+//!   over. A Redis that answers in a protocol it should not is treated as
+//!   down; a key holding data of another shape (another application's, or
+//!   damaged) is skipped and counted ([`StoreStats::key_errors`]) while the
+//!   other keys are shared. No period read from Redis holds a breaker open
+//!   longer than its `max_open` (plus the hold below) from when the
+//!   instance began following it, and generations never repeat (a lost
+//!   counter starts again from Redis's clock).
 //!
 //! # How the state is kept
 //!
@@ -173,6 +179,7 @@ pub(crate) struct Stats {
     pub(crate) refreshes: AtomicU64,
     pub(crate) messages: AtomicU64,
     pub(crate) probe_locks_won: AtomicU64,
+    pub(crate) key_errors: AtomicU64,
 }
 
 /// Builds a [`RedisStore`]; [`build`](Self::build) checks every value.
@@ -215,7 +222,7 @@ pub struct StoreStats {
     /// Episodes of Redis being unavailable.
     pub unavailable_episodes: u64,
     /// Writes dropped because the queue was full, or because Redis was down
-    /// when they were due.
+    /// when they were due (outcomes seen while Redis is down stay local).
     pub dropped_writes: u64,
     /// Writes sent that Redis did not carry out (it failed meanwhile).
     pub failed_writes: u64,
@@ -227,6 +234,9 @@ pub struct StoreStats {
     pub messages: u64,
     /// Times this instance won a probe lock.
     pub probe_locks_won: u64,
+    /// Answers about one key that could not be used (an error reply, or
+    /// data of another shape under the key): that key was skipped.
+    pub key_errors: u64,
 }
 
 /// Why a [`RedisStore`] could not be built.
@@ -287,7 +297,7 @@ impl RedisStore {
             refresh_interval: Duration::from_secs(1),
             probe_lease: Duration::from_secs(10),
             hold: Duration::from_secs(1),
-            command_timeout: Duration::from_millis(500),
+            command_timeout: Duration::from_millis(250),
             queue_capacity: 4096,
             failures_to_open: None,
             failure_window: Duration::from_secs(60),
@@ -346,6 +356,7 @@ impl RedisStore {
             refreshes: s.refreshes.load(Ordering::Relaxed),
             messages: s.messages.load(Ordering::Relaxed),
             probe_locks_won: s.probe_locks_won.load(Ordering::Relaxed),
+            key_errors: s.key_errors.load(Ordering::Relaxed),
         }
     }
 
@@ -384,7 +395,8 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// This instance's name in probe locks (default: random).
+    /// This instance's name in probe locks, followed by a random suffix
+    /// (default: random).
     pub fn instance(mut self, name: impl Into<String>) -> Self {
         self.instance = Some(name.into());
         self
@@ -410,14 +422,14 @@ impl RedisStoreBuilder {
     /// How long past the fleet's open period (or another instance's probe
     /// lease) this instance keeps refusing while waiting for word from Redis
     /// (default 1 s). If Redis stays silent that long, the breaker probes on
-    /// its own. Must exceed the command timeout.
+    /// its own. Must exceed three command timeouts.
     pub fn hold(mut self, hold: Duration) -> Self {
         self.hold = hold;
         self
     }
 
     /// How long one exchange with Redis may take before Redis counts as
-    /// unavailable (default 500 ms).
+    /// unavailable (default 250 ms).
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
@@ -465,9 +477,14 @@ impl RedisStoreBuilder {
             if d < Duration::from_millis(1) {
                 return Err(bad(field, "must be at least 1 ms"));
             }
+            if d > Duration::from_secs(86_400) {
+                return Err(bad(field, "must be at most one day"));
+            }
         }
-        if self.hold <= self.command_timeout {
-            return Err(bad("hold", "must be longer than command_timeout"));
+        // One pass of the task may wait on a write, a refresh and a probe
+        // lock attempt in turn before the hold runs out.
+        if self.hold <= self.command_timeout.saturating_mul(3) {
+            return Err(bad("hold", "must be longer than three command timeouts"));
         }
         if self.queue_capacity == 0 {
             return Err(bad("queue_capacity", "must be at least 1"));
@@ -477,7 +494,12 @@ impl RedisStoreBuilder {
         }
         let backend = task::Backend::new(&self.urls, self.cluster, self.command_timeout)?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
-        let instance = self.instance.unwrap_or_else(random_instance);
+        // A random suffix keeps two instances given the same name apart: a
+        // shared name would let both take one probe lock.
+        let instance = match self.instance {
+            Some(name) => format!("{name}-{}", random_instance()),
+            None => random_instance(),
+        };
         let (attach, attached) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             prefix: self.prefix,

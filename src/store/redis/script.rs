@@ -33,13 +33,21 @@ local function state()
   return {1, tonumber(rec[1]), wait, tonumber(rec[2]), 0}
 end
 local function open(attempt)
+  -- Generations never repeat: a lost counter starts again from Redis's
+  -- clock in milliseconds, above any number it handed out before.
+  if redis.call('EXISTS', KEYS[5]) == 0 then
+    local t = redis.call('TIME')
+    redis.call('SET', KEYS[5], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  end
   local g = redis.call('INCR', KEYS[5])
   redis.call('PEXPIRE', KEYS[5], 604800000)
   redis.call('HSET', KEYS[1], 'gen', g, 'attempt', attempt, 'ok', 0)
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+  -- `min_open` counts from the first opening of an outage, not from
+  -- each reopening.
   if tonumber(ARGV[5]) > 0 then
-    redis.call('SET', KEYS[3], '1', 'PX', ARGV[5])
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[5], 'NX')
   end
   redis.call('DEL', KEYS[4], KEYS[6])
   redis.call('PUBLISH', ARGV[2], 'open ' .. g .. ' ' .. ARGV[4] .. ' ' .. attempt .. ' ' .. ARGV[3])
@@ -72,6 +80,11 @@ elseif op == 'probe' then
     return {2, s[2], 0, s[4], 0}
   end
   local lease = redis.call('PTTL', KEYS[6])
+  if lease == -1 then
+    -- A lock without an expiry was not set by this script: give it one.
+    redis.call('PEXPIRE', KEYS[6], ARGV[11])
+    lease = tonumber(ARGV[11])
+  end
   if lease < 0 then lease = 0 end
   return {3, s[2], lease, s[4], 0}
 elseif op == 'probe_ok' then
@@ -83,8 +96,13 @@ elseif op == 'probe_ok' then
     redis.call('PUBLISH', ARGV[2], 'close ' .. s[2] .. ' ' .. ARGV[3])
     return {0, s[2], 0, 0, 0}
   end
-  if redis.call('GET', KEYS[6]) == ARGV[12] then redis.call('PEXPIRE', KEYS[6], ARGV[11]) end
-  return {2, s[2], 0, s[4], 0}
+  if redis.call('GET', KEYS[6]) == ARGV[12] then
+    redis.call('PEXPIRE', KEYS[6], ARGV[11])
+    return {2, s[2], 0, s[4], 0}
+  end
+  local lease = redis.call('PTTL', KEYS[6])
+  if lease < 0 then lease = 0 end
+  return {3, s[2], lease, s[4], 0}
 end
 return redis.error_reply('unknown operation')
 "#;

@@ -376,6 +376,7 @@ impl Task {
             inner.stats.episodes.fetch_add(1, Ordering::Relaxed);
         }
         self.available = Some(false);
+        self.drop_queued();
         tracing::warn!(
             store = "redis",
             error = %error,
@@ -397,8 +398,6 @@ impl Task {
         if self.available.replace(true) == Some(false) {
             tracing::info!(store = "redis", "shared breaker state available again");
             let _ = self.events.send(StoreEvent::Restored);
-            // Writes that waited for Redis go now.
-            self.queue.notify.notify_one();
         }
     }
 
@@ -406,11 +405,20 @@ impl Task {
         self.available == Some(false)
     }
 
-    /// Carries out queued writes, a batch at a time, unless Redis is down
-    /// (then they wait, bounded, for its return).
+    /// Drops every queued write, counting them: while Redis is down,
+    /// outcomes stay local. (Replayed later, they would reopen the fleet
+    /// for an outage that may be over; the resync shares what is still
+    /// open instead.)
+    fn drop_queued(&self) {
+        let dropped = self.queue.take(usize::MAX).len() as u64;
+        self.queue.dropped.fetch_add(dropped, Ordering::Relaxed);
+    }
+
+    /// Carries out queued writes, a batch at a time; while Redis is down,
+    /// drops them.
     async fn flush(&mut self) {
         if self.is_down() {
-            return;
+            return self.drop_queued();
         }
         let batch = self.queue.take(BATCH);
         if batch.is_empty() {
@@ -465,13 +473,13 @@ impl Task {
             Ok(replies) => replies,
             Err(_) => return self.mark_down(&timed_out()),
         };
-        let mut parsed = Vec::with_capacity(replies.len());
-        for (name, reply) in names.into_iter().zip(replies) {
-            match reply.and_then(|v| read_state(&v).ok_or_else(|| garbage(&format!("{v:?}")))) {
-                Ok(reply) => parsed.push((name, reply)),
-                Err(e) => return self.mark_down(&e),
-            }
-        }
+        let replies = replies
+            .into_iter()
+            .map(|r| r.and_then(|v| read_state(&v).ok_or_else(|| garbage(&format!("{v:?}")))));
+        let parsed = match self.sort_replies(names.into_iter().zip(replies)) {
+            Ok(parsed) => parsed,
+            Err(e) => return self.mark_down(&e),
+        };
         self.mark_up();
         if let Some(inner) = self.stats() {
             inner.stats.refreshes.fetch_add(1, Ordering::Relaxed);
@@ -550,21 +558,47 @@ impl Task {
                 return false;
             }
         };
-        let mut parsed = Vec::with_capacity(replies.len());
-        for (reply, write) in replies.into_iter().zip(&batch) {
-            match reply.and_then(|v| Reply::parse(&v).ok_or_else(|| garbage(&format!("{v:?}")))) {
-                Ok(reply) => parsed.push((Arc::clone(&write.escaped), reply)),
-                Err(e) => {
-                    self.mark_down(&e);
-                    return false;
-                }
+        let replies = replies
+            .into_iter()
+            .map(|r| r.and_then(|v| Reply::parse(&v).ok_or_else(|| garbage(&format!("{v:?}")))));
+        let names = batch.iter().map(|w| Arc::clone(&w.escaped));
+        let parsed = match self.sort_replies(names.zip(replies)) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                self.mark_down(&e);
+                return false;
             }
-        }
+        };
         self.mark_up();
         for (escaped, reply) in parsed {
             self.apply(&escaped, reply);
         }
         true
+    }
+
+    /// The answers to apply. An error that concerns one key (an error
+    /// reply, or an answer of the wrong shape: someone else's data under
+    /// that key) skips that key and is counted; any other error (the
+    /// connection, a timeout, a protocol Redis does not speak) is returned:
+    /// Redis is down.
+    fn sort_replies(
+        &self,
+        replies: impl Iterator<Item = (Arc<str>, RedisResult<Reply>)>,
+    ) -> RedisResult<Vec<(Arc<str>, Reply)>> {
+        let mut parsed = Vec::new();
+        for (name, reply) in replies {
+            match reply {
+                Ok(reply) => parsed.push((name, reply)),
+                Err(e) if concerns_one_key(&e) => {
+                    tracing::debug!(store = "redis", key = %name, error = %e, "unusable state in Redis");
+                    if let Some(inner) = self.stats() {
+                        inner.stats.key_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(parsed)
     }
 
     /// Returns whether a refresh is due.
@@ -642,7 +676,7 @@ impl Task {
                     // (its lease decides when to look again), try the lock
                     // when the period ends.
                     entry.won = None;
-                    entry.next_probe = Some(now + Duration::from_millis(left_ms));
+                    entry.next_probe = Some(now + retry_in(left_ms));
                 }
             }
             Reply::ProbeWon {
@@ -680,10 +714,26 @@ impl Task {
                     follows |= breaker.fleet_open(generation, lease_ms, attempt, hold_ms, true);
                 }
                 entry.won = None;
-                entry.next_probe = follows.then(|| now + Duration::from_millis(lease_ms));
+                entry.next_probe = follows.then(|| now + retry_in(lease_ms));
             }
         }
     }
+}
+
+/// When to try the probe lock again, `ms` from now: never at once, so that
+/// no state in Redis can make the task spin.
+fn retry_in(ms: u64) -> Duration {
+    Duration::from_millis(ms).max(Duration::from_millis(10))
+}
+
+/// Whether `error` is about one key's data rather than about Redis.
+fn concerns_one_key(error: &RedisError) -> bool {
+    use redis::ErrorKind::{ExecAbortError, ExtensionError, ResponseError, TypeError};
+    matches!(
+        error.kind(),
+        ResponseError | ExtensionError | TypeError | ExecAbortError
+    ) && !error.is_io_error()
+        && !error.is_timeout()
 }
 
 /// A key's state from its bulk read: `[[gen, attempt], pttl(wait),
