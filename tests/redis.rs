@@ -205,6 +205,16 @@ async fn eight_instances_send_at_most_one_probe_per_open_period() {
         probes as u128 <= periods,
         "{probes} probes in {periods} periods: more than one per period"
     );
+    // One probe per period, not merely as many probes as periods: each
+    // comes after the opening its predecessor's failure wrote had run out.
+    let arrivals = upstream.arrivals.lock().unwrap().clone();
+    for pair in arrivals[before..].windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= open - Duration::from_millis(10),
+            "two probes {gap:?} apart, within one open period"
+        );
+    }
     let locks: u64 = fleet.iter().map(|i| i.store.stats().probe_locks_won).sum();
     assert!(locks as usize >= probes, "every probe came with the lock");
 }

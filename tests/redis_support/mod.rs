@@ -270,6 +270,8 @@ impl Drop for GarbageServer {
 pub struct Upstream {
     pub failing: Arc<AtomicBool>,
     pub calls: Arc<AtomicUsize>,
+    /// When each call arrived.
+    pub arrivals: Arc<std::sync::Mutex<Vec<Instant>>>,
 }
 
 impl Upstream {
@@ -302,6 +304,11 @@ impl Upstream {
         let upstream = self.clone();
         tower::service_fn(move |()| {
             upstream.calls.fetch_add(1, Ordering::SeqCst);
+            upstream
+                .arrivals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(Instant::now());
             std::future::ready(if upstream.failing.load(Ordering::SeqCst) {
                 Err("upstream failed".into())
             } else {
