@@ -14,8 +14,7 @@ mod redis_support;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use redis_support::{free_port, GarbageServer, RedisServer, Upstream};
-use tokio::sync::broadcast;
+use redis_support::{free_port, next_event, GarbageServer, RedisServer, Upstream};
 use tokio::time::Instant;
 use tower::{BoxError, Service, ServiceExt};
 use tower_circuit_breaker::policy::{ConsecutiveFailures, TripReason};
@@ -107,13 +106,6 @@ async fn synced(instances: &[Instance]) {
         instances.iter().all(|i| i.store.stats().refreshes > 0)
     })
     .await;
-}
-
-async fn next_event(events: &mut broadcast::Receiver<StoreEvent>) -> StoreEvent {
-    tokio::time::timeout(Duration::from_secs(10), events.recv())
-        .await
-        .expect("a store event within 10 s")
-        .expect("the store is alive")
 }
 
 #[tokio::test]

@@ -7,8 +7,7 @@ mod redis_support;
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use redis_support::RedisServer;
-use tokio::sync::broadcast;
+use redis_support::{next_event, RedisServer};
 use tower_circuit_breaker::store::redis::{RedisStore, StoreEvent};
 use tower_circuit_breaker::{Breaker, Config};
 
@@ -33,13 +32,6 @@ impl Seen {
             }
         }
     }
-}
-
-async fn next_event(events: &mut broadcast::Receiver<StoreEvent>) -> StoreEvent {
-    tokio::time::timeout(Duration::from_secs(10), events.recv())
-        .await
-        .expect("a store event within 10 s")
-        .expect("the store is alive")
 }
 
 #[tokio::test]

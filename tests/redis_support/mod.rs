@@ -317,3 +317,13 @@ impl Upstream {
         })
     }
 }
+
+/// The store's next event; fails after 10 s.
+pub async fn next_event(
+    events: &mut tokio::sync::broadcast::Receiver<tower_circuit_breaker::store::redis::StoreEvent>,
+) -> tower_circuit_breaker::store::redis::StoreEvent {
+    tokio::time::timeout(Duration::from_secs(10), events.recv())
+        .await
+        .expect("a store event within 10 s")
+        .expect("the store is alive")
+}
