@@ -25,9 +25,9 @@
 //! 2. **One-hour outage**: probes sent with a fixed 30 s open period
 //!    (`backoff(1.0)`) against the default backoff (2.0, capped at 5 min),
 //!    for a provider that fails at once and for one that hangs.
-//! 3. **Partial failure**: a provider failing 40% of calls at random (a
-//!    seeded generator written here), at 10 rps: which policies notice, and
-//!    after how many calls.
+//! 3. **Partial failure**: a provider failing 40% of calls at random (the
+//!    seeded generator of `tests/common/rng.rs`), at 10 rps: which policies
+//!    notice, and after how many calls.
 //! 4. **Recovery**: a provider that hangs for a while then answers again:
 //!    time from its recovery to the breaker closing, per policy and backoff.
 //! 5. **Baselines**: providers that normally fail 0%, 2% and 10% of calls
@@ -48,6 +48,11 @@
 //! to compare false-trip rates of one per million, and checks only what
 //! holds of any run.
 
+// SplitMix64, seeded so that every run sees the same calls fail; the
+// tests draw from the same generator.
+#[path = "../tests/common/rng.rs"]
+mod rng;
+
 use std::fmt::Write as _;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
@@ -64,6 +69,8 @@ use tower_circuit_breaker::policy::{
     Adaptive, ConsecutiveFailures, CountWindow, SlowCalls, TimeWindow, TripPolicy,
 };
 use tower_circuit_breaker::{Breaker, CircuitOpen, Config, State};
+
+use rng::SplitMix64;
 
 /// The client timeout, inside the breaker.
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -102,25 +109,6 @@ enum Script {
     /// Fails `share` of the calls at random, answers the others; `seed`
     /// seeds the generator, so a run can be repeated.
     Flaky { share: f64, seed: u64 },
-}
-
-/// SplitMix64: a small, well-mixed generator; plenty for picking which
-/// calls fail, and seeded so that every run sees the same calls fail.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 /// The upstream: behaves as its script says at the time of each call, and
@@ -483,6 +471,151 @@ struct Scale {
 }
 
 // ---------------------------------------------------------------------
+// Charts: the layout the charts of studies 1 and 5 share
+// ---------------------------------------------------------------------
+
+/// The layout of a chart: the canvas, and the margins around its plot area
+/// (the title above, the axis titles below and left, the legend right).
+struct Layout {
+    width: f64,
+    height: f64,
+    left: f64,
+    right: f64,
+    top: f64,
+    bottom: f64,
+}
+
+impl Layout {
+    fn plot_width(&self) -> f64 {
+        self.width - self.left - self.right
+    }
+
+    /// The bottom of the plot area, where the x axis runs.
+    fn axis_y(&self) -> f64 {
+        self.height - self.bottom
+    }
+
+    /// Where the legend and the notes start, right of the plot area.
+    fn legend_x(&self) -> f64 {
+        self.width - self.right + 20.0
+    }
+
+    /// The height of `value` on a logarithmic y axis from `10^low` at the
+    /// bottom to `10^high` at the top; values under 1 stand at 1.
+    fn log_y(&self, value: f64, (low, high): (f64, f64)) -> f64 {
+        let v = value.max(1.0).log10();
+        self.height
+            - self.bottom
+            - (v - low) / (high - low) * (self.height - self.top - self.bottom)
+    }
+
+    /// Opens the document: the canvas, its white background, the title.
+    fn start(&self, svg: &mut String, title: &str) {
+        let (w, h) = (self.width, self.height);
+        let _ = writeln!(
+            svg,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+        );
+        let _ = writeln!(svg, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+        let _ = writeln!(
+            svg,
+            r#"<text x="{}" y="28" font-size="15" text-anchor="middle">{title}</text>"#,
+            (self.left + self.width - self.right) / 2.0
+        );
+    }
+
+    /// A grid line and a label at each power of ten from `10^low` to
+    /// `10^high` on the x axis, placed by `px`.
+    fn x_decades(&self, svg: &mut String, (low, high): (f64, f64), px: impl Fn(f64) -> f64) {
+        for decade in (low as i32)..=(high as i32) {
+            let x = px(10f64.powi(decade));
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{:.1}" stroke="#ddd"/>"##,
+                self.top,
+                self.axis_y()
+            );
+            self.x_label(svg, x, &decade_label(decade));
+        }
+    }
+
+    /// A label under the x axis at `x`.
+    fn x_label(&self, svg: &mut String, x: f64, label: &str) {
+        let _ = writeln!(
+            svg,
+            r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#,
+            self.axis_y() + 18.0
+        );
+    }
+
+    /// A grid line and a label at each power of ten on the y axis of
+    /// [`Layout::log_y`] from `10^low` to `10^high`.
+    fn y_decades(&self, svg: &mut String, (low, high): (f64, f64)) {
+        for decade in (low as i32)..=(high as i32) {
+            let y = self.log_y(10f64.powi(decade), (low, high));
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
+                self.left,
+                self.width - self.right
+            );
+            let _ = writeln!(
+                svg,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+                self.left - 8.0,
+                y + 4.0,
+                decade_label(decade)
+            );
+        }
+    }
+
+    /// The border of the plot area, drawn over the grid, and the titles of
+    /// the x axis (below) and of the y axis (left, turned upright).
+    fn frame(&self, svg: &mut String, x_title: &str, y_title: &str) {
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{}" y="{}" width="{:.1}" height="{:.1}" fill="none" stroke="black"/>"#,
+            self.left,
+            self.top,
+            self.plot_width(),
+            self.height - self.top - self.bottom
+        );
+        let _ = writeln!(
+            svg,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{x_title}</text>"#,
+            (self.left + self.width - self.right) / 2.0,
+            self.height - 25.0
+        );
+        let middle = (self.top + self.height - self.bottom) / 2.0;
+        let _ = writeln!(
+            svg,
+            r#"<text x="22" y="{middle:.1}" text-anchor="middle" transform="rotate(-90 22 {middle:.1})">{y_title}</text>"#
+        );
+    }
+
+    /// Grey notes under the legend, one a line, the first at `first_y`.
+    fn notes(&self, svg: &mut String, first_y: f64, notes: &[String]) {
+        for (k, note) in notes.iter().enumerate() {
+            let _ = writeln!(
+                svg,
+                r##"<text x="{:.1}" y="{:.1}" font-size="11" fill="#555">{note}</text>"##,
+                self.legend_x(),
+                first_y + 15.0 * k as f64
+            );
+        }
+    }
+}
+
+/// The label of the tick at `10^decade`: `0.01`, `1`, `1000`.
+fn decade_label(decade: i32) -> String {
+    if decade < 0 {
+        format!("{}", 10f64.powi(decade))
+    } else {
+        format!("{}", 10u64.pow(decade as u32))
+    }
+}
+
+// ---------------------------------------------------------------------
 // Study 1: a degraded provider, by traffic
 // ---------------------------------------------------------------------
 
@@ -655,15 +788,17 @@ fn check_degraded(points: &[Point], scale: &Scale) {
 /// Study 1 as an SVG line chart: requests that waited out the timeout
 /// against traffic, both axes logarithmic, one line per configuration.
 fn chart(points: &[Point], scale: &Scale) -> String {
-    const W: f64 = 820.0;
-    const H: f64 = 520.0;
-    const LEFT: f64 = 90.0;
-    const RIGHT: f64 = 250.0;
-    const TOP: f64 = 60.0;
-    const BOTTOM: f64 = 70.0;
     const COLORS: [&str; 6] = [
         "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
     ];
+    let layout = Layout {
+        width: 820.0,
+        height: 520.0,
+        left: 90.0,
+        right: 250.0,
+        top: 60.0,
+        bottom: 70.0,
+    };
     let rates: Vec<f64> = scale.rates.iter().map(|&r| f64::from(r)).collect();
     let x_min = rates
         .iter()
@@ -685,72 +820,26 @@ fn chart(points: &[Point], scale: &Scale) -> String {
         .log10()
         .ceil();
     let (y_min, y_max) = (0.0, y_top.max(1.0));
-    let px = |rate: f64| LEFT + (rate.log10() - x_min) / (x_max - x_min) * (W - LEFT - RIGHT);
-    let py = |count: f64| {
-        let v = count.max(1.0).log10();
-        H - BOTTOM - (v - y_min) / (y_max - y_min) * (H - TOP - BOTTOM)
-    };
+    let px =
+        |rate: f64| layout.left + (rate.log10() - x_min) / (x_max - x_min) * layout.plot_width();
+    let py = |count: f64| layout.log_y(count, (y_min, y_max));
 
     let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(svg, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="28" font-size="15" text-anchor="middle">Requests that waited out the {} s timeout during a {} min degradation</text>"#,
-        (LEFT + W - RIGHT) / 2.0,
-        TIMEOUT.as_secs(),
-        scale.degraded_for.as_secs() / 60
+    layout.start(
+        &mut svg,
+        &format!(
+            "Requests that waited out the {} s timeout during a {} min degradation",
+            TIMEOUT.as_secs(),
+            scale.degraded_for.as_secs() / 60
+        ),
     );
     // Grid and tick labels, one per decade.
-    for decade in (x_min as i32)..=(x_max as i32) {
-        let x = px(10f64.powi(decade));
-        let _ = writeln!(
-            svg,
-            r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#ddd"/>"##,
-            H - BOTTOM
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            H - BOTTOM + 18.0,
-            10u64.pow(decade as u32)
-        );
-    }
-    for decade in (y_min as i32)..=(y_max as i32) {
-        let y = py(10f64.powi(decade));
-        let _ = writeln!(
-            svg,
-            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
-            W - RIGHT
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
-            LEFT - 8.0,
-            y + 4.0,
-            10u64.pow(decade as u32)
-        );
-    }
-    let _ = writeln!(
-        svg,
-        r#"<rect x="{LEFT}" y="{TOP}" width="{:.1}" height="{:.1}" fill="none" stroke="black"/>"#,
-        W - LEFT - RIGHT,
-        H - TOP - BOTTOM
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">traffic, requests per second (log scale)</text>"#,
-        (LEFT + W - RIGHT) / 2.0,
-        H - 25.0
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="22" y="{:.1}" text-anchor="middle" transform="rotate(-90 22 {:.1})">requests that waited out the timeout (log scale)</text>"#,
-        (TOP + H - BOTTOM) / 2.0,
-        (TOP + H - BOTTOM) / 2.0
+    layout.x_decades(&mut svg, (x_min, x_max), px);
+    layout.y_decades(&mut svg, (y_min, y_max));
+    layout.frame(
+        &mut svg,
+        "traffic, requests per second (log scale)",
+        "requests that waited out the timeout (log scale)",
     );
     // One line per configuration, in the order they were run.
     let mut setups: Vec<&'static str> = Vec::new();
@@ -794,8 +883,8 @@ fn chart(points: &[Point], scale: &Scale) -> String {
                 after.join(" ")
             );
         }
-        let ly = TOP + 10.0 + 22.0 * i as f64;
-        let lx = W - RIGHT + 20.0;
+        let ly = layout.top + 10.0 + 22.0 * i as f64;
+        let lx = layout.legend_x();
         let _ = writeln!(
             svg,
             r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2"/>"#,
@@ -815,14 +904,8 @@ fn chart(points: &[Point], scale: &Scale) -> String {
         "dotted: sent after the breaker".to_string(),
         "opened (probes): flat".to_string(),
     ];
-    for (k, note) in notes.iter().enumerate() {
-        let _ = writeln!(
-            svg,
-            r##"<text x="{:.1}" y="{:.1}" font-size="11" fill="#555">{note}</text>"##,
-            W - RIGHT + 20.0,
-            TOP + 30.0 + 22.0 * setups.len() as f64 + 15.0 * k as f64
-        );
-    }
+    let notes_y = layout.top + 30.0 + 22.0 * setups.len() as f64;
+    layout.notes(&mut svg, notes_y, &notes);
     svg.push_str("</svg>\n");
     svg
 }
@@ -1523,113 +1606,59 @@ fn check_baselines(rows: &[Row], scale: &Scale) {
 /// trips per million healthy calls, one point per configuration and
 /// baseline; both axes logarithmic, with zero false trips on the left edge.
 fn chart_baselines(rows: &[Row], scale: &Scale) -> String {
-    const W: f64 = 860.0;
-    const H: f64 = 560.0;
-    const LEFT: f64 = 90.0;
-    const RIGHT: f64 = 260.0;
-    const TOP: f64 = 60.0;
-    const BOTTOM: f64 = 70.0;
     const FAMILIES: [(&str, &str); 4] = [
         ("consecutive", "#d62728"),
         ("count window", "#1f77b4"),
         ("time window", "#2ca02c"),
         ("adaptive", "#000000"),
     ];
+    let layout = Layout {
+        width: 860.0,
+        height: 560.0,
+        left: 90.0,
+        right: 260.0,
+        top: 60.0,
+        bottom: 70.0,
+    };
     let cap = scale.study5_cap;
     // x: 0, then 10^-2 .. 10^5 false trips per million.
     let (x_lo, x_hi) = (-2.0, 5.0);
-    let zero_x = LEFT + 16.0;
+    let zero_x = layout.left + 16.0;
     let px = |fp: f64| {
         if fp <= 0.0 {
             zero_x
         } else {
             let v = fp.log10().clamp(x_lo, x_hi);
-            LEFT + 56.0 + (v - x_lo) / (x_hi - x_lo) * (W - LEFT - RIGHT - 76.0)
+            layout.left + 56.0 + (v - x_lo) / (x_hi - x_lo) * (layout.plot_width() - 76.0)
         }
     };
     let (y_lo, y_hi) = (0.0, (cap as f64).log10().ceil());
-    let py = |calls: f64| {
-        let v = calls.max(1.0).log10();
-        H - BOTTOM - (v - y_lo) / (y_hi - y_lo) * (H - TOP - BOTTOM)
-    };
+    let py = |calls: f64| layout.log_y(calls, (y_lo, y_hi));
     let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
+    layout.start(
+        &mut svg,
+        "Detection against false trips, providers failing 0%, 2% and 10% normally",
     );
-    let _ = writeln!(svg, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="28" font-size="15" text-anchor="middle">Detection against false trips, providers failing 0%, 2% and 10% normally</text>"#,
-        (LEFT + W - RIGHT) / 2.0
-    );
-    for decade in (x_lo as i32)..=(x_hi as i32) {
-        let x = px(10f64.powi(decade));
-        let _ = writeln!(
-            svg,
-            r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#ddd"/>"##,
-            H - BOTTOM
-        );
-        let label = if decade < 0 {
-            format!("{}", 10f64.powi(decade))
-        } else {
-            format!("{}", 10u64.pow(decade as u32))
-        };
-        let _ = writeln!(
-            svg,
-            r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#,
-            H - BOTTOM + 18.0
-        );
-    }
-    let _ = writeln!(
-        svg,
-        r#"<text x="{zero_x:.1}" y="{:.1}" text-anchor="middle">0</text>"#,
-        H - BOTTOM + 18.0
-    );
-    for decade in (y_lo as i32)..=(y_hi as i32) {
-        let y = py(10f64.powi(decade));
-        let _ = writeln!(
-            svg,
-            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
-            W - RIGHT
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
-            LEFT - 8.0,
-            y + 4.0,
-            10u64.pow(decade as u32)
-        );
-    }
+    layout.x_decades(&mut svg, (x_lo, x_hi), px);
+    layout.x_label(&mut svg, zero_x, "0");
+    layout.y_decades(&mut svg, (y_lo, y_hi));
     let budget_x = px(BUDGET_PER_MILLION);
     let _ = writeln!(
         svg,
-        r##"<line x1="{budget_x:.1}" y1="{TOP}" x2="{budget_x:.1}" y2="{:.1}" stroke="#888" stroke-dasharray="5 4"/>"##,
-        H - BOTTOM
+        r##"<line x1="{budget_x:.1}" y1="{}" x2="{budget_x:.1}" y2="{:.1}" stroke="#888" stroke-dasharray="5 4"/>"##,
+        layout.top,
+        layout.axis_y()
     );
     let _ = writeln!(
         svg,
         r##"<text x="{:.1}" y="{:.1}" font-size="11" fill="#555">budget: {BUDGET_PER_MILLION} per million</text>"##,
         budget_x + 4.0,
-        TOP + 14.0
+        layout.top + 14.0
     );
-    let _ = writeln!(
-        svg,
-        r#"<rect x="{LEFT}" y="{TOP}" width="{:.1}" height="{:.1}" fill="none" stroke="black"/>"#,
-        W - LEFT - RIGHT,
-        H - TOP - BOTTOM
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">false trips per million healthy calls (log scale; 0 at the left edge)</text>"#,
-        (LEFT + W - RIGHT) / 2.0,
-        H - 25.0
-    );
-    let _ = writeln!(
-        svg,
-        r#"<text x="22" y="{:.1}" text-anchor="middle" transform="rotate(-90 22 {:.1})">calls to detect, mean over steps to 20%, 40%, 100% (log scale)</text>"#,
-        (TOP + H - BOTTOM) / 2.0,
-        (TOP + H - BOTTOM) / 2.0
+    layout.frame(
+        &mut svg,
+        "false trips per million healthy calls (log scale; 0 at the left edge)",
+        "calls to detect, mean over steps to 20%, 40%, 100% (log scale)",
     );
     // One mark per configuration and baseline: colour by family, shape by
     // baseline (circle 0%, square 2%, triangle 10%).
@@ -1683,9 +1712,9 @@ fn chart_baselines(rows: &[Row], scale: &Scale) -> String {
             }
         }
     }
-    let lx = W - RIGHT + 20.0;
+    let lx = layout.legend_x();
     for (i, (family, color)) in FAMILIES.iter().enumerate() {
-        let ly = TOP + 10.0 + 22.0 * i as f64;
+        let ly = layout.top + 10.0 + 22.0 * i as f64;
         let _ = writeln!(
             svg,
             r#"<rect x="{lx:.1}" y="{:.1}" width="14" height="10" fill="{color}"/>"#,
@@ -1704,7 +1733,7 @@ fn chart_baselines(rows: &[Row], scale: &Scale) -> String {
         );
     }
     for (b, p) in BASELINES.iter().enumerate() {
-        let ly = TOP + 120.0 + 22.0 * b as f64;
+        let ly = layout.top + 120.0 + 22.0 * b as f64;
         mark(&mut svg, b, lx + 7.0, ly - 3.0, "#555", 5.0);
         let _ = writeln!(
             svg,
@@ -1721,13 +1750,7 @@ fn chart_baselines(rows: &[Row], scale: &Scale) -> String {
         "each fixed setting is plotted at".to_string(),
         "all three baselines".to_string(),
     ];
-    for (k, note) in notes.iter().enumerate() {
-        let _ = writeln!(
-            svg,
-            r##"<text x="{lx:.1}" y="{:.1}" font-size="11" fill="#555">{note}</text>"##,
-            TOP + 210.0 + 15.0 * k as f64
-        );
-    }
+    layout.notes(&mut svg, layout.top + 210.0, &notes);
     svg.push_str("</svg>\n");
     svg
 }

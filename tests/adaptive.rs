@@ -4,11 +4,13 @@
 //! config errors.
 //!
 //! The property tests draw seeds, baselines and warm-ups with proptest and
-//! simulate the provider with a generator written here. `PROPTEST_CASES`
-//! sets the number of cases of each (default 12) and `PROPTEST_RNG_SEED`
-//! the seed.
+//! simulate the provider with the seeded generator of
+//! `tests/common/rng.rs`. `PROPTEST_CASES` sets the number of cases of each
+//! (default 12) and `PROPTEST_RNG_SEED` the seed.
 
 mod common;
+#[path = "common/rng.rs"]
+mod rng;
 
 use std::time::Duration;
 
@@ -20,25 +22,8 @@ use tower_circuit_breaker::policy::{
 };
 use tower_circuit_breaker::{Breaker, Config, ConfigBuilder, State};
 
-use common::{builder, Call, Harness};
-
-/// SplitMix64: which calls fail, from a seed.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// True with probability `rate`.
-    fn fails(&mut self, rate: f64) -> bool {
-        ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < rate
-    }
-}
+use common::{assert_rejected, builder, Call, Harness};
+use rng::SplitMix64;
 
 /// A provider failing `rate` of its calls at random.
 struct Provider {
@@ -48,7 +33,7 @@ struct Provider {
 
 impl Provider {
     fn call(&mut self) -> Call {
-        if self.rng.fails(self.rate) {
+        if self.rng.next_f64() < self.rate {
             Call::Fail
         } else {
             Call::Ok
@@ -489,17 +474,6 @@ async fn the_fallback_judges_during_the_warm_up() {
 // ---------------------------------------------------------------------------
 // Config errors
 // ---------------------------------------------------------------------------
-
-#[track_caller]
-fn assert_rejected(builder: ConfigBuilder, field: &str) {
-    match builder.build() {
-        Ok(config) => panic!("expected an error on `{field}`, got {config:?}"),
-        Err(err) => {
-            assert_eq!(err.field(), field, "{err}");
-            assert!(!err.problem().is_empty());
-        }
-    }
-}
 
 fn with(policy: Adaptive) -> ConfigBuilder {
     Config::builder().trip(policy)

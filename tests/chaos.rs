@@ -16,6 +16,9 @@
 //! under every interleaving of calls, cancellations and panics it meets, not
 //! races between CPU cores (the loom models and `tests/probe_races.rs` do).
 
+#[path = "common/rng.rs"]
+mod rng;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -33,6 +36,8 @@ use tower_circuit_breaker::registry::{KeyedLayer, Registry};
 use tower_circuit_breaker::{
     Breaker, CircuitBreaker, CircuitOpen, Config, Counts, Readiness, State,
 };
+
+use rng::SplitMix64;
 
 const TASKS: usize = 16;
 const REQUESTS: usize = 100_000;
@@ -66,24 +71,13 @@ fn config(name: &str) -> Config {
 }
 
 // ---------------------------------------------------------------------------
-// A seeded generator (splitmix64).
+// Draws from the seeded generator (splitmix64, `tests/common/rng.rs`).
 // ---------------------------------------------------------------------------
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
+/// The draws a script of requests is made of.
+trait Draw {
     /// A number in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
+    fn below(&mut self, n: u64) -> u64;
 
     /// A number in `low..=high`.
     fn between(&mut self, low: u64, high: u64) -> u64 {
@@ -93,6 +87,12 @@ impl Rng {
     /// True with probability `per_mille / 1000`.
     fn chance(&mut self, per_mille: u64) -> bool {
         self.below(1000) < per_mille
+    }
+}
+
+impl Draw for SplitMix64 {
+    fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
     }
 }
 
@@ -260,7 +260,7 @@ fn in_outage(since_start: Duration) -> bool {
     (since_start.as_millis() / 2_000) % 3 == 1
 }
 
-fn latency_ms(rng: &mut Rng) -> u64 {
+fn latency_ms(rng: &mut SplitMix64) -> u64 {
     match rng.below(100) {
         0..=69 => rng.below(20),
         70..=94 => rng.between(20, 500),
@@ -272,7 +272,7 @@ async fn client<S>(mut svc: S, seed: u64, requests: usize, keys: usize, start: I
 where
     S: Service<Req, Response = Answer, Error = BoxError>,
 {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     let mut tally = Tally {
         reached: vec![0; keys],
         ..Tally::default()

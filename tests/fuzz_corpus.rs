@@ -5,36 +5,41 @@
 //! HTTP dates), through the very target bodies the fuzzer runs
 //! (`fuzz/targets.rs`). A failure names the input, in hex.
 
+#[path = "common/rng.rs"]
+mod rng;
 #[path = "../fuzz/targets.rs"]
 mod targets;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
+use rng::SplitMix64;
+
 /// Generated inputs per target.
 const GENERATED: usize = 5_000;
 
-struct Rng(u64);
+/// The draws the generated inputs are made of, from the seeded generator
+/// (splitmix64, `tests/common/rng.rs`).
+trait Draw {
+    /// A number in `0..n`.
+    fn below(&mut self, n: usize) -> usize;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+    /// `len` random bytes.
+    fn bytes(&mut self, len: usize) -> Vec<u8>;
+
+    /// One of `items`.
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
     }
+}
 
+impl Draw for SplitMix64 {
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
 
     fn bytes(&mut self, len: usize) -> Vec<u8> {
-        (0..len).map(|_| self.next() as u8).collect()
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
+        (0..len).map(|_| self.next_u64() as u8).collect()
     }
 }
 
@@ -66,7 +71,7 @@ fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
 }
 
 /// A seed changed a little, the way a fuzzer would.
-fn mutate(rng: &mut Rng, seeds: &[(String, Vec<u8>)]) -> Vec<u8> {
+fn mutate(rng: &mut SplitMix64, seeds: &[(String, Vec<u8>)]) -> Vec<u8> {
     let mut data = rng.pick(seeds).1.clone();
     for _ in 0..=rng.below(4) {
         let at = rng.below(data.len() + 1);
@@ -104,10 +109,10 @@ fn mutate(rng: &mut Rng, seeds: &[(String, Vec<u8>)]) -> Vec<u8> {
 
 /// A `Retry-After` value from the grammar of its three date forms and of
 /// delay-seconds, with a mistake here and there.
-fn header_like(rng: &mut Rng) -> Vec<u8> {
+fn header_like(rng: &mut SplitMix64) -> Vec<u8> {
     const DAYS: [&str; 5] = ["Sun", "Wed", "Sunday", "Mon,", "Xyz"];
     const MONTHS: [&str; 5] = ["Jan", "Feb", "Nov", "Dec", "Foo"];
-    let number = |rng: &mut Rng, digits: usize| -> String {
+    let number = |rng: &mut SplitMix64, digits: usize| -> String {
         match rng.below(6) {
             0 => "0".repeat(digits),
             1 => "9".repeat(digits),
@@ -117,7 +122,7 @@ fn header_like(rng: &mut Rng) -> Vec<u8> {
                 .collect(),
         }
     };
-    let time = |rng: &mut Rng| {
+    let time = |rng: &mut SplitMix64| {
         let fields: Vec<String> = (0..rng.below(4) + 1).map(|_| number(rng, 2)).collect();
         fields.join(":")
     };
@@ -145,10 +150,10 @@ fn header_like(rng: &mut Rng) -> Vec<u8> {
             number(rng, digits)
         }
     };
-    let mut now = vec![(rng.next() & 1) as u8];
+    let mut now = vec![(rng.next_u64() & 1) as u8];
     let secs = match rng.below(3) {
-        0 => rng.next() % 4_102_444_800, // before 2100
-        1 => rng.next(),
+        0 => rng.next_u64() % 4_102_444_800, // before 2100
+        1 => rng.next_u64(),
         _ => 0,
     };
     now.extend_from_slice(&secs.to_le_bytes());
@@ -159,7 +164,7 @@ fn header_like(rng: &mut Rng) -> Vec<u8> {
 /// A config file, in TOML or JSON, from the fields a config has, with
 /// values of every kind a file may hold: good ones, bad ones, edges.
 #[cfg(feature = "serde")]
-fn config_text(rng: &mut Rng) -> Vec<u8> {
+fn config_text(rng: &mut SplitMix64) -> Vec<u8> {
     const DURATIONS: [&str; 16] = [
         "\"30s\"",
         "\"0s\"",
@@ -209,7 +214,7 @@ fn config_text(rng: &mut Rng) -> Vec<u8> {
     ];
     /// Two times in three one of the first `good` values, which a config
     /// mostly accepts, so that many files get past the checks.
-    fn pick_mostly_good(rng: &mut Rng, values: &[&str], good: usize) -> String {
+    fn pick_mostly_good(rng: &mut SplitMix64, values: &[&str], good: usize) -> String {
         let values = if rng.below(3) == 0 {
             values
         } else {
@@ -228,9 +233,9 @@ fn config_text(rng: &mut Rng) -> Vec<u8> {
             .collect();
         format!("{{ {} }}", body.join(", "))
     }
-    fn policy(rng: &mut Rng, json: bool, depth: usize) -> String {
-        let duration = |rng: &mut Rng| pick_mostly_good(rng, &DURATIONS, 4);
-        let number = |rng: &mut Rng| pick_mostly_good(rng, &NUMBERS, 6);
+    fn policy(rng: &mut SplitMix64, json: bool, depth: usize) -> String {
+        let duration = |rng: &mut SplitMix64| pick_mostly_good(rng, &DURATIONS, 4);
+        let number = |rng: &mut SplitMix64| pick_mostly_good(rng, &NUMBERS, 6);
         let (name, fields): (&str, Vec<(&str, String)>) =
             match rng.below(if depth < 2 { 6 } else { 5 }) {
                 0 => ("consecutive_failures", vec![("threshold", number(rng))]),
@@ -340,9 +345,14 @@ fn config_text(rng: &mut Rng) -> Vec<u8> {
 
 /// Runs `target` over the corpus and `GENERATED` more inputs; fails with
 /// every input that panicked.
-fn replay(name: &str, target: fn(&[u8]), seed: u64, structured: Option<fn(&mut Rng) -> Vec<u8>>) {
+fn replay(
+    name: &str,
+    target: fn(&[u8]),
+    seed: u64,
+    structured: Option<fn(&mut SplitMix64) -> Vec<u8>>,
+) {
     let seeds = corpus(name);
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     let mut inputs: Vec<(String, Vec<u8>)> = seeds.clone();
     for i in 0..GENERATED {
         let data = match (i % 3, structured) {

@@ -13,7 +13,7 @@ use tower_circuit_breaker::policy::{
 };
 use tower_circuit_breaker::{Breaker, Config, ConfigBuilder, State};
 
-use common::{builder, Call, Harness};
+use common::{assert_rejected, builder, Call, Harness};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -716,18 +716,6 @@ async fn consecutive_failures_start_from_zero_after_the_breaker_closes_again() {
 // ---------------------------------------------------------------------------
 // Config validation
 // ---------------------------------------------------------------------------
-
-#[track_caller]
-fn assert_rejected(builder: ConfigBuilder, field: &str) {
-    match builder.build() {
-        Ok(config) => panic!("expected an error on `{field}`, got {config:?}"),
-        Err(err) => {
-            assert_eq!(err.field(), field, "{err}");
-            assert!(!err.problem().is_empty());
-            assert!(err.to_string().contains(field), "{err}");
-        }
-    }
-}
 
 fn ok() -> ConfigBuilder {
     Config::builder()

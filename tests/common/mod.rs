@@ -1,4 +1,5 @@
-//! Helpers shared by `tests/policies.rs` and `tests/tower_stacks.rs`.
+//! Helpers shared by `tests/policies.rs`, `tests/adaptive.rs` and
+//! `tests/tower_stacks.rs`.
 //!
 //! Each test binary uses a different subset, hence the `dead_code` allowance.
 #![allow(dead_code)]
@@ -130,6 +131,20 @@ pub fn is_inner_failure(err: &BoxError) -> bool {
 /// A builder with the given trip policy and the defaults otherwise.
 pub fn builder(policy: impl Into<TripPolicy>) -> ConfigBuilder {
     Config::builder().name("test").trip(policy)
+}
+
+/// Asserts that `builder` fails to build, with an error that names `field`
+/// (in `field()` and in its message) and says what is wrong with it.
+#[track_caller]
+pub fn assert_rejected(builder: ConfigBuilder, field: &str) {
+    match builder.build() {
+        Ok(config) => panic!("expected an error on `{field}`, got {config:?}"),
+        Err(err) => {
+            assert_eq!(err.field(), field, "{err}");
+            assert!(!err.problem().is_empty());
+            assert!(err.to_string().contains(field), "{err}");
+        }
+    }
 }
 
 /// A breaker with the given trip policy and the defaults otherwise.
