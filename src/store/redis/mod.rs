@@ -516,8 +516,7 @@ impl RedisStoreBuilder {
         });
         let task = task::Task::new(
             backend,
-            Arc::downgrade(&inner),
-            Arc::clone(&inner.queue),
+            &inner,
             attached,
             task::Timing {
                 refresh: self.refresh_interval,
@@ -525,12 +524,6 @@ impl RedisStoreBuilder {
                 lease: self.probe_lease,
                 command_timeout: self.command_timeout,
             },
-            task::Names {
-                prefix: inner.prefix.clone(),
-                channel: keys::channel(&inner.prefix),
-                instance: inner.instance.clone(),
-            },
-            inner.events.clone(),
         );
         runtime.spawn(task.run());
         Ok(RedisStore { inner })

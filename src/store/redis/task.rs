@@ -22,7 +22,7 @@ use redis::{RedisError, RedisResult, Script, ScriptInvocation, Value};
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::{timeout, Instant};
 
-use super::keys::Keys;
+use super::keys::{self, Keys};
 use super::link::{Queue, Write};
 use super::script::{invocation, script, Args, Op, Reply};
 use super::{Inner, StoreError, StoreEvent};
@@ -41,10 +41,10 @@ pub(crate) struct Timing {
     pub(crate) command_timeout: Duration,
 }
 
-pub(crate) struct Names {
-    pub(crate) prefix: String,
-    pub(crate) channel: String,
-    pub(crate) instance: String,
+struct Names {
+    prefix: String,
+    channel: String,
+    instance: String,
 }
 
 /// Where Redis is.
@@ -273,25 +273,28 @@ pub(crate) struct Task {
 const BATCH: usize = 256;
 
 impl Task {
+    /// The task of the store `inner`; it holds the store only weakly, and
+    /// ends when every handle of it is gone (`attached` closes).
     pub(crate) fn new(
         backend: Backend,
-        inner: Weak<Inner>,
-        queue: Arc<Queue>,
+        inner: &Arc<Inner>,
         attached: mpsc::UnboundedReceiver<Attached>,
         timing: Timing,
-        names: Names,
-        events: broadcast::Sender<StoreEvent>,
     ) -> Self {
         Task {
             backend,
             conn: None,
             script: script(),
-            inner,
-            queue,
+            inner: Arc::downgrade(inner),
+            queue: Arc::clone(&inner.queue),
             attached,
             timing,
-            names,
-            events,
+            names: Names {
+                prefix: inner.prefix.clone(),
+                channel: keys::channel(&inner.prefix),
+                instance: inner.instance.clone(),
+            },
+            events: inner.events.clone(),
             entries: HashMap::new(),
             available: None,
         }
