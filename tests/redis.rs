@@ -130,9 +130,19 @@ async fn failures_split_across_three_instances_open_all_three_by_pubsub() {
     })
     .await;
     // Subscribing makes one more refresh (messages may have been missed
-    // before): let it finish, then count.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let refreshes: Vec<u64> = fleet.iter().map(|i| i.store.stats().refreshes).collect();
+    // before): wait until the counts stop moving, then count.
+    let count = |fleet: &[Instance]| -> Vec<u64> {
+        fleet.iter().map(|i| i.store.stats().refreshes).collect()
+    };
+    let mut refreshes = count(&fleet);
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = count(&fleet);
+        if now == refreshes {
+            break;
+        }
+        refreshes = now;
+    }
     let mut transitions: Vec<_> = fleet.iter().map(|i| i.breaker.subscribe()).collect();
     for instance in &mut fleet {
         assert_eq!(instance.request().await, Answer::Failed);
