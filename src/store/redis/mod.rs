@@ -139,13 +139,25 @@ use link::{LinkSettings, Queue};
 ///
 /// See the [module docs](self) for what is shared and how.
 ///
-/// ```no_run
-/// use tower_circuit_breaker::store::redis::RedisStore;
-/// use tower_circuit_breaker::registry::Registry;
-/// use tower_circuit_breaker::Config;
+/// Building a store and attaching breakers needs no Redis yet: the
+/// store's task connects (and reconnects) on its own, and until it does
+/// every breaker works on its own.
 ///
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// ```
+/// use tower_circuit_breaker::registry::Registry;
+/// use tower_circuit_breaker::store::redis::RedisStore;
+/// use tower_circuit_breaker::{Breaker, Config};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let store = RedisStore::builder("redis://127.0.0.1:6379").prefix("gateway").build()?;
+///
+/// // One breaker, shared under its name...
+/// let search = Breaker::new(Config::builder().name("search").build()?);
+/// assert!(store.attach(&search));
+/// assert!(!store.attach(&search), "a breaker reports to one store");
+///
+/// // ...or every breaker of a registry, under its key.
 /// let registry: Registry<String> = Registry::builder()
 ///     .default_config(Config::default())
 ///     .store(&store)
