@@ -43,16 +43,9 @@ const STATES: [State; 6] = [
     State::Disabled,
 ];
 
-/// The `state` label of a state.
+/// The `state` label of a state: [`State::as_str`].
 pub fn state_label(state: State) -> &'static str {
-    match state {
-        State::Closed => "closed",
-        State::Open => "open",
-        State::HalfOpen => "half_open",
-        State::ForcedOpen => "forced_open",
-        State::ForcedClosed => "forced_closed",
-        State::Disabled => "disabled",
-    }
+    state.as_str()
 }
 
 /// Sets the state gauge one-hot: `current` to 1, every other state to 0.

@@ -40,6 +40,28 @@ pub enum State {
     Disabled,
 }
 
+impl State {
+    /// The state's snake-case name: `"closed"`, `"open"`, `"half_open"`,
+    /// `"forced_open"`, `"forced_closed"` or `"disabled"`, as metric labels
+    /// and serialized snapshots spell it.
+    ///
+    /// ```
+    /// use tower_circuit_breaker::State;
+    ///
+    /// assert_eq!(State::HalfOpen.as_str(), "half_open");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Closed => "closed",
+            State::Open => "open",
+            State::HalfOpen => "half_open",
+            State::ForcedOpen => "forced_open",
+            State::ForcedClosed => "forced_closed",
+            State::Disabled => "disabled",
+        }
+    }
+}
+
 /// A cheap, cloneable handle to one breaker's state.
 ///
 /// Every service a [`CircuitBreakerLayer`] wraps, the layer itself, and every

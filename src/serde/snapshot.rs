@@ -25,23 +25,11 @@ fn millis_up(d: Duration) -> u64 {
     }
 }
 
-/// The snake-case name of a state, as the `metrics` feature labels it.
-fn state_name(state: State) -> &'static str {
-    match state {
-        State::Closed => "closed",
-        State::Open => "open",
-        State::HalfOpen => "half_open",
-        State::ForcedOpen => "forced_open",
-        State::ForcedClosed => "forced_closed",
-        State::Disabled => "disabled",
-    }
-}
-
 /// As its snake-case name: `"closed"`, `"open"`, `"half_open"`,
 /// `"forced_open"`, `"forced_closed"` or `"disabled"`.
 impl Serialize for State {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(state_name(*self))
+        serializer.serialize_str(self.as_str())
     }
 }
 
