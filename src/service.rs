@@ -11,6 +11,7 @@ use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::breaker::admission::{Decision, Permit};
+use crate::breaker::shared::Shared;
 use crate::breaker::state::{Tag, Word};
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures};
@@ -179,6 +180,61 @@ impl<S, C> CircuitBreaker<S, C> {
     fn reject(&self, retry_after_ms: u64, state: State) -> CircuitOpen {
         self.local.counts.rejected();
         CircuitOpen::new(self.local.name.clone(), retry_after_ms, state)
+    }
+}
+
+/// A call's admission, settled at `call` from the breaker's decision.
+pub(crate) enum Settled {
+    /// Call the inner service; its outcome counts in `generation` as
+    /// `record` says. `shadowed`: a real breaker would have refused it.
+    Admitted {
+        generation: u32,
+        permit: Option<Permit>,
+        record: Record,
+        shadowed: bool,
+    },
+    /// Refuse at once.
+    Refused { retry_after_ms: u64, state: State },
+}
+
+impl Settled {
+    /// Settles `decision`, made by `shared` for a call about to be made. A
+    /// probe's permit is begun here (its deadline runs from the call); one
+    /// lost at once (the half-open round just ended) is a refusal.
+    #[inline]
+    pub(crate) fn of(decision: Decision, shared: &Arc<Shared>) -> Self {
+        let admitted = |generation, permit, record, shadowed| Settled::Admitted {
+            generation,
+            permit,
+            record,
+            shadowed,
+        };
+        match decision {
+            Decision::Closed(generation) => admitted(generation, None, Record::Policy, false),
+            Decision::Probe(permit) if permit.begin() => {
+                admitted(permit.generation(), Some(permit), Record::Policy, false)
+            }
+            Decision::Probe(_) => Settled::Refused {
+                retry_after_ms: 0,
+                state: shared.state(),
+            },
+            Decision::Bypass { counted, shadowed } => {
+                let record = if counted {
+                    Record::CountOnly
+                } else {
+                    Record::Nothing
+                };
+                admitted(shared.load().generation(), None, record, shadowed)
+            }
+            Decision::Reject {
+                retry_after_ms,
+                state,
+                ..
+            } => Settled::Refused {
+                retry_after_ms,
+                state,
+            },
+        }
     }
 }
 
@@ -355,34 +411,22 @@ impl<S, C> CircuitBreaker<S, C> {
             // The breaker left closed since `poll_ready` (or there was
             // none), or the reservation lapsed: decide again, so a breaker
             // that opened in between refuses without calling.
-            _ => match self.local.shared.admit() {
-                Decision::Closed(generation) => {
-                    self.call_admitted(req, generation, None, Record::Policy)
-                }
-                Decision::Probe(permit) if permit.begin() => {
-                    self.call_admitted(req, permit.generation(), Some(permit), Record::Policy)
-                }
-                // Taken and lost at once: the half-open period just ended.
-                Decision::Probe(_) => {
-                    let state = self.local.shared.state();
-                    ResponseFuture::rejected(self.reject(0, state))
-                }
-                Decision::Bypass { counted, shadowed } => {
+            _ => match Settled::of(self.local.shared.admit(), &self.local.shared) {
+                Settled::Admitted {
+                    generation,
+                    permit,
+                    record,
+                    shadowed,
+                } => {
                     if shadowed {
                         // A real breaker would have refused this call.
                         self.local.counts.rejected();
                     }
-                    let record = if counted {
-                        Record::CountOnly
-                    } else {
-                        Record::Nothing
-                    };
-                    self.call_admitted(req, word.generation(), None, record)
+                    self.call_admitted(req, generation, permit, record)
                 }
-                Decision::Reject {
+                Settled::Refused {
                     retry_after_ms,
                     state,
-                    ..
                 } => ResponseFuture::rejected(self.reject(retry_after_ms, state)),
             },
         }

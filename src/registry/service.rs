@@ -14,11 +14,12 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::{Registry, RegistryFull};
-use crate::breaker::admission::{Decision, Permit};
+use crate::breaker::admission::Permit;
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures, Outcome, Verdict};
 use crate::error::{CircuitOpen, Name};
 use crate::future::{record, Record};
+use crate::service::Settled;
 
 /// Wraps services in a [`KeyedCircuitBreaker`]: every request goes through
 /// the breaker its key names, made on first use in the [`Registry`].
@@ -141,48 +142,37 @@ impl Leg {
     /// the call goes through has admitted it: a call a child refuses was
     /// not admitted by its parent either.
     fn admit(breaker: Breaker) -> Result<Leg, CircuitOpen> {
-        let (generation, permit, record) = match breaker.shared.admit() {
-            Decision::Closed(generation) => (generation, None, Record::Policy),
-            Decision::Probe(permit) if permit.begin() => {
-                (permit.generation(), Some(permit), Record::Policy)
-            }
-            Decision::Probe(_) => {
-                breaker.shared.count_call(false);
-                let state = breaker.state();
-                return Err(CircuitOpen::new(Name::new(breaker.shared.name()), 0, state));
-            }
-            Decision::Bypass { counted, shadowed } => {
+        let shared = &breaker.shared;
+        match Settled::of(shared.admit(), shared) {
+            Settled::Admitted {
+                generation,
+                permit,
+                record,
+                shadowed,
+            } => {
                 if shadowed {
                     // A real breaker would have refused this call.
-                    breaker.shared.count_call(false);
+                    shared.count_call(false);
                 }
-                let generation = breaker.shared.load().generation();
-                let record = if counted {
-                    Record::CountOnly
-                } else {
-                    Record::Nothing
-                };
-                (generation, None, record)
+                Ok(Leg {
+                    breaker,
+                    generation,
+                    permit,
+                    record,
+                })
             }
-            Decision::Reject {
+            Settled::Refused {
                 retry_after_ms,
                 state,
-                ..
             } => {
-                breaker.shared.count_call(false);
-                return Err(CircuitOpen::new(
-                    Name::new(breaker.shared.name()),
+                shared.count_call(false);
+                Err(CircuitOpen::new(
+                    Name::new(shared.name()),
                     retry_after_ms,
                     state,
-                ));
+                ))
             }
-        };
-        Ok(Leg {
-            breaker,
-            generation,
-            permit,
-            record,
-        })
+        }
     }
 
     fn record(&mut self, verdict: Verdict, start: Option<Instant>) {
