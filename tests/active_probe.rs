@@ -2,86 +2,53 @@
 //! refused meanwhile, closing after consecutive successes, and the task's
 //! end.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
+mod common;
+
 use tokio::time::sleep;
-use tower::{BoxError, Service, ServiceExt};
+use tower::{BoxError, ServiceExt};
 use tower_circuit_breaker::classify::ErrorsAsFailures;
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::{Breaker, CircuitBreaker, CircuitOpen, Config, Readiness, State};
 
-/// Request 0 is the probe; others are users'. Counts each kind.
-#[derive(Clone, Default)]
-struct Upstream {
-    failing: Arc<AtomicBool>,
-    probes: Arc<AtomicUsize>,
-    users: Arc<AtomicUsize>,
-}
-
-impl Upstream {
-    fn probes(&self) -> usize {
-        self.probes.load(Ordering::SeqCst)
-    }
-    fn users(&self) -> usize {
-        self.users.load(Ordering::SeqCst)
-    }
-}
-
-impl Service<u32> for Upstream {
-    type Response = u32;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<u32, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: u32) -> Self::Future {
-        let counter = if req == 0 { &self.probes } else { &self.users };
-        counter.fetch_add(1, Ordering::SeqCst);
-        let failing = self.failing.load(Ordering::SeqCst);
-        Box::pin(async move {
-            if failing {
-                Err(BoxError::from("down"))
-            } else {
-                Ok(req)
-            }
-        })
-    }
-}
+use common::Flaky;
 
 /// The model-router preset, tripping on one failure for brevity: open at
 /// least 10 s, a probe every 5 s, two successes close.
-fn setup() -> (Breaker, CircuitBreaker<Upstream>, Upstream) {
+fn setup() -> (Breaker, CircuitBreaker<Flaky>, Flaky) {
     let config = Config::model_router()
         .name("provider")
         .trip(ConsecutiveFailures::new(1))
         .build()
         .unwrap();
     let breaker = Breaker::new(config);
-    let upstream = Upstream::default();
+    let upstream = Flaky::default();
     assert!(breaker.probe_actively(upstream.clone(), || 0u32, ErrorsAsFailures));
     assert!(!breaker.probe_actively(upstream.clone(), || 0u32, ErrorsAsFailures));
     let svc = CircuitBreaker::new(upstream.clone(), &breaker);
     (breaker, svc, upstream)
 }
 
-async fn user_call(svc: &CircuitBreaker<Upstream>) -> Result<u32, BoxError> {
+/// `setup`, then a user call to the failing upstream, which trips the breaker.
+async fn tripped() -> (Breaker, CircuitBreaker<Flaky>, Flaky) {
+    let (breaker, svc, upstream) = setup();
+    upstream.fail(true);
+    let _ = user_call(&svc).await;
+    (breaker, svc, upstream)
+}
+
+async fn user_call(svc: &CircuitBreaker<Flaky>) -> Result<u32, BoxError> {
     svc.clone().oneshot(7).await
 }
 
 #[tokio::test(start_paused = true)]
 async fn sends_one_probe_per_interval_after_min_open_and_keeps_refusing_users() {
     let (breaker, svc, upstream) = setup();
-    upstream.failing.store(true, Ordering::SeqCst);
+    upstream.fail(true);
     assert!(user_call(&svc).await.is_err());
     assert_eq!(breaker.state(), State::Open);
-    upstream.failing.store(true, Ordering::SeqCst);
+    upstream.fail(true);
 
     // Nothing before min_open (10 s), then one probe at 10, 15, 20... 60 s.
     sleep(Duration::from_millis(9_900)).await;
@@ -103,12 +70,10 @@ async fn sends_one_probe_per_interval_after_min_open_and_keeps_refusing_users() 
 
 #[tokio::test(start_paused = true)]
 async fn closes_after_consecutive_probe_successes_and_the_task_ends() {
-    let (breaker, svc, upstream) = setup();
-    upstream.failing.store(true, Ordering::SeqCst);
-    let _ = user_call(&svc).await;
+    let (breaker, svc, upstream) = tripped().await;
     sleep(Duration::from_millis(10_100)).await; // first probe fails at 10 s
     assert_eq!(upstream.probes(), 1);
-    upstream.failing.store(false, Ordering::SeqCst);
+    upstream.fail(false);
 
     sleep(Duration::from_secs(5)).await; // 15 s: one success, still refusing
     assert_eq!(upstream.probes(), 2);
@@ -126,15 +91,13 @@ async fn closes_after_consecutive_probe_successes_and_the_task_ends() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_probe_after_a_success_starts_the_count_again() {
-    let (breaker, svc, upstream) = setup();
-    upstream.failing.store(true, Ordering::SeqCst);
-    let _ = user_call(&svc).await;
-    upstream.failing.store(false, Ordering::SeqCst);
+    let (breaker, _svc, upstream) = tripped().await;
+    upstream.fail(false);
     sleep(Duration::from_millis(10_100)).await; // success 1
-    upstream.failing.store(true, Ordering::SeqCst);
+    upstream.fail(true);
     sleep(Duration::from_secs(5)).await; // fails: open again
     assert_eq!(breaker.state(), State::Open);
-    upstream.failing.store(false, Ordering::SeqCst);
+    upstream.fail(false);
     sleep(Duration::from_secs(5)).await; // success 1 again
     assert_ne!(breaker.state(), State::Closed);
     sleep(Duration::from_secs(5)).await; // success 2: closed
@@ -144,9 +107,7 @@ async fn a_failed_probe_after_a_success_starts_the_count_again() {
 
 #[tokio::test(start_paused = true)]
 async fn the_task_stops_when_the_breaker_is_dropped() {
-    let (breaker, svc, upstream) = setup();
-    upstream.failing.store(true, Ordering::SeqCst);
-    let _ = user_call(&svc).await;
+    let (breaker, svc, upstream) = tripped().await;
     sleep(Duration::from_millis(10_100)).await;
     assert_eq!(upstream.probes(), 1);
     drop(svc);
@@ -157,10 +118,8 @@ async fn the_task_stops_when_the_breaker_is_dropped() {
 
 #[tokio::test(start_paused = true)]
 async fn gate_waiters_wake_when_the_probes_close_it() {
-    let (breaker, svc, upstream) = setup();
-    upstream.failing.store(true, Ordering::SeqCst);
-    let _ = user_call(&svc).await;
-    upstream.failing.store(false, Ordering::SeqCst);
+    let (breaker, svc, upstream) = tripped().await;
+    upstream.fail(false);
     let gated = svc.clone().readiness(Readiness::Gate);
     let waiter = tokio::spawn(gated.oneshot(9));
     sleep(Duration::from_secs(30)).await;

@@ -3,70 +3,24 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+mod common;
 
 use tokio::time::advance;
 use tower::balance::p2c::Balance;
 use tower::discover::ServiceList;
 use tower::load::{CompleteOnResponse, PendingRequests};
-use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::{
     Breaker, CircuitBreaker, CircuitBreakerLayer, CircuitOpen, Config, Readiness, State,
 };
 
-/// Counts how often it is woken.
-#[derive(Default)]
-struct CountingWaker(AtomicUsize);
-
-impl Wake for CountingWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn waker() -> (Arc<CountingWaker>, Waker) {
-    let counter = Arc::new(CountingWaker::default());
-    (Arc::clone(&counter), Waker::from(counter))
-}
-
-fn wakes(counter: &CountingWaker) -> usize {
-    counter.0.load(Ordering::SeqCst)
-}
-
-/// An upstream that fails while `failing` is set, counting polls and calls.
-#[derive(Clone, Default)]
-struct Upstream {
-    failing: Arc<AtomicBool>,
-    polls: Arc<AtomicUsize>,
-    calls: Arc<AtomicUsize>,
-}
-
-impl Service<u32> for Upstream {
-    type Response = u32;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<u32, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.polls.fetch_add(1, Ordering::SeqCst);
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: u32) -> Self::Future {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let failing = self.failing.load(Ordering::SeqCst);
-        Box::pin(async move {
-            if failing {
-                Err(BoxError::from("upstream down"))
-            } else {
-                Ok(req)
-            }
-        })
-    }
-}
+use common::{counting_waker, send, wakes, Flaky};
 
 fn config() -> Config {
     Config::builder()
@@ -77,42 +31,52 @@ fn config() -> Config {
         .unwrap()
 }
 
-fn gated(breaker: &Breaker, upstream: &Upstream) -> CircuitBreaker<Upstream> {
+fn gated(breaker: &Breaker, upstream: &Flaky) -> CircuitBreaker<Flaky> {
     CircuitBreaker::new(upstream.clone(), breaker).readiness(Readiness::Gate)
 }
 
-async fn trip(svc: &mut CircuitBreaker<Upstream>, upstream: &Upstream) {
-    upstream.failing.store(true, Ordering::SeqCst);
-    assert!(svc.ready().await.unwrap().call(0).await.is_err());
-    upstream.failing.store(false, Ordering::SeqCst);
+async fn trip(svc: &mut CircuitBreaker<Flaky>, upstream: &Flaky) {
+    upstream.fail(true);
+    assert!(send(svc, 0).await.is_err());
+    upstream.fail(false);
+}
+
+/// A gated breaker over a fresh upstream, opened by one failed call.
+async fn tripped_gate() -> (Breaker, Flaky, CircuitBreaker<Flaky>) {
+    let breaker = Breaker::new(config());
+    let upstream = Flaky::default();
+    let mut svc = gated(&breaker, &upstream);
+    trip(&mut svc, &upstream).await;
+    (breaker, upstream, svc)
+}
+
+/// A gating layer, its breaker, and a fresh upstream to wrap.
+fn gate_layer() -> (CircuitBreakerLayer, Breaker, Flaky) {
+    let layer = CircuitBreakerLayer::new(config()).readiness(Readiness::Gate);
+    let breaker = layer.breaker();
+    (layer, breaker, Flaky::default())
 }
 
 #[tokio::test(start_paused = true)]
 async fn open_gate_is_pending_without_polling_the_inner_service() {
-    let breaker = Breaker::new(config());
-    let upstream = Upstream::default();
-    let mut svc = gated(&breaker, &upstream);
-    trip(&mut svc, &upstream).await;
+    let (breaker, upstream, mut svc) = tripped_gate().await;
     assert_eq!(breaker.state(), State::Open);
 
-    let polls = upstream.polls.load(Ordering::SeqCst);
-    let (_, waker) = waker();
+    let polls = upstream.polls();
+    let (_, waker) = counting_waker();
     for _ in 0..5 {
         assert!(svc
             .poll_ready(&mut Context::from_waker(&waker))
             .is_pending());
     }
-    assert_eq!(upstream.polls.load(Ordering::SeqCst), polls);
+    assert_eq!(upstream.polls(), polls);
 }
 
 #[tokio::test(start_paused = true)]
 async fn gate_waiter_is_woken_exactly_when_the_open_period_ends() {
-    let breaker = Breaker::new(config());
-    let upstream = Upstream::default();
-    let mut svc = gated(&breaker, &upstream);
-    trip(&mut svc, &upstream).await;
+    let (breaker, _, mut svc) = tripped_gate().await;
 
-    let (counter, waker) = waker();
+    let (counter, waker) = counting_waker();
     let mut cx = Context::from_waker(&waker);
     assert!(svc.poll_ready(&mut cx).is_pending());
     advance(Duration::from_millis(9_999)).await;
@@ -135,13 +99,10 @@ async fn gate_waiter_is_woken_exactly_when_the_open_period_ends() {
 
 #[tokio::test(start_paused = true)]
 async fn ten_clones_in_half_open_one_ready_nine_woken_when_the_probe_ends() {
-    let breaker = Breaker::new(config());
-    let upstream = Upstream::default();
-    let mut svc = gated(&breaker, &upstream);
-    trip(&mut svc, &upstream).await;
+    let (breaker, _, svc) = tripped_gate().await;
     advance(Duration::from_secs(10)).await;
 
-    let mut clones: Vec<_> = (0..10).map(|_| (svc.clone(), waker())).collect();
+    let mut clones: Vec<_> = (0..10).map(|_| (svc.clone(), counting_waker())).collect();
     let ready: Vec<bool> = clones
         .iter_mut()
         .map(|(svc, (_, waker))| svc.poll_ready(&mut Context::from_waker(waker)).is_ready())
@@ -160,20 +121,17 @@ async fn ten_clones_in_half_open_one_ready_nine_woken_when_the_probe_ends() {
 
 #[tokio::test(start_paused = true)]
 async fn failed_probe_on_another_clone_wakes_waiters_who_wait_for_the_next_period() {
-    let breaker = Breaker::new(config());
-    let upstream = Upstream::default();
-    let mut svc = gated(&breaker, &upstream);
-    trip(&mut svc, &upstream).await;
+    let (breaker, upstream, svc) = tripped_gate().await;
     advance(Duration::from_secs(10)).await;
 
     let mut prober = svc.clone();
     let mut waiter = svc.clone();
-    let (counter, waker) = waker();
+    let (counter, waker) = counting_waker();
     let mut cx = Context::from_waker(&waker);
     assert!(prober.poll_ready(&mut cx).is_ready());
     assert!(waiter.poll_ready(&mut cx).is_pending());
 
-    upstream.failing.store(true, Ordering::SeqCst);
+    upstream.fail(true);
     assert!(prober.call(1).await.is_err());
     assert_eq!(breaker.state(), State::Open);
     assert_eq!(wakes(&counter), 1, "woken by the probe's failure");
@@ -204,10 +162,7 @@ impl<F: Future> Future for CountPolls<F> {
 
 #[tokio::test(start_paused = true)]
 async fn waiting_task_is_not_polled_while_the_breaker_stays_open() {
-    let breaker = Breaker::new(config());
-    let upstream = Upstream::default();
-    let mut svc = gated(&breaker, &upstream);
-    trip(&mut svc, &upstream).await;
+    let (breaker, _, mut svc) = tripped_gate().await;
 
     let polls = Arc::new(AtomicUsize::new(0));
     let task = tokio::spawn(CountPolls {
@@ -232,37 +187,33 @@ async fn waiting_task_is_not_polled_while_the_breaker_stays_open() {
 
 #[tokio::test(start_paused = true)]
 async fn load_shed_around_an_open_gate_answers_overloaded_at_once() {
-    let layer = CircuitBreakerLayer::new(config()).readiness(Readiness::Gate);
-    let breaker = layer.breaker();
-    let upstream = Upstream::default();
+    let (layer, breaker, upstream) = gate_layer();
     let mut svc = ServiceBuilder::new()
         .load_shed()
         .layer(layer)
         .service(upstream.clone());
-    upstream.failing.store(true, Ordering::SeqCst);
-    assert!(svc.ready().await.unwrap().call(0).await.is_err());
+    upstream.fail(true);
+    assert!(send(&mut svc, 0).await.is_err());
     assert_eq!(breaker.state(), State::Open);
 
-    let calls = upstream.calls.load(Ordering::SeqCst);
-    let err = svc.ready().await.unwrap().call(1).await.unwrap_err();
+    let calls = upstream.calls();
+    let err = send(&mut svc, 1).await.unwrap_err();
     assert!(err.is::<tower::load_shed::error::Overloaded>(), "{err}");
-    assert_eq!(upstream.calls.load(Ordering::SeqCst), calls);
+    assert_eq!(upstream.calls(), calls);
 }
 
 #[tokio::test(start_paused = true)]
 async fn buffer_around_a_gate_waits_instead_of_failing_and_is_never_poisoned() {
-    let layer = CircuitBreakerLayer::new(config()).readiness(Readiness::Gate);
-    let breaker = layer.breaker();
-    let upstream = Upstream::default();
+    let (layer, breaker, upstream) = gate_layer();
     let svc = ServiceBuilder::new()
         .buffer(16)
         .layer(layer)
         .service(upstream.clone());
 
-    upstream.failing.store(true, Ordering::SeqCst);
+    upstream.fail(true);
     assert!(svc.clone().oneshot(0).await.is_err());
     assert_eq!(breaker.state(), State::Open);
-    upstream.failing.store(false, Ordering::SeqCst);
+    upstream.fail(false);
 
     // Queued behind the gate: served when the open period ends, not refused.
     let started = tokio::time::Instant::now();
@@ -279,7 +230,7 @@ async fn buffer_around_a_gate_waits_instead_of_failing_and_is_never_poisoned() {
 
 #[tokio::test(start_paused = true)]
 async fn p2c_routes_around_an_open_endpoint_which_sees_only_probes_then_rejoins() {
-    let upstreams: Vec<Upstream> = (0..3).map(|_| Upstream::default()).collect();
+    let upstreams: Vec<Flaky> = (0..3).map(|_| Flaky::default()).collect();
     let breakers: Vec<Breaker> = (0..3).map(|_| Breaker::new(config())).collect();
     let endpoints: Vec<_> = upstreams
         .iter()
@@ -294,14 +245,14 @@ async fn p2c_routes_around_an_open_endpoint_which_sees_only_probes_then_rejoins(
         })
         .collect();
     let mut balance = Balance::new(ServiceList::new(endpoints));
-    let calls = |i: usize| upstreams[i].calls.load(Ordering::SeqCst);
+    let calls = |i: usize| upstreams[i].calls();
     let sick = &upstreams[0];
-    sick.failing.store(true, Ordering::SeqCst);
+    sick.fail(true);
 
     // Until endpoint 0 is picked once, fails, and trips.
     let mut failures = 0;
     for i in 0..200 {
-        if balance.ready().await.unwrap().call(i).await.is_err() {
+        if send(&mut balance, i).await.is_err() {
             failures += 1;
         }
         if breakers[0].state() == State::Open {
@@ -313,7 +264,7 @@ async fn p2c_routes_around_an_open_endpoint_which_sees_only_probes_then_rejoins(
 
     // Open: every request succeeds on the healthy two; endpoint 0 sees none.
     for i in 0..100 {
-        assert_eq!(balance.ready().await.unwrap().call(i).await.unwrap(), i);
+        assert_eq!(send(&mut balance, i).await.unwrap(), i);
     }
     assert_eq!(calls(0), 1);
 
@@ -321,7 +272,7 @@ async fn p2c_routes_around_an_open_endpoint_which_sees_only_probes_then_rejoins(
     advance(Duration::from_secs(10)).await;
     let mut failures = 0;
     for i in 0..100 {
-        if balance.ready().await.unwrap().call(i).await.is_err() {
+        if send(&mut balance, i).await.is_err() {
             failures += 1;
         }
     }
@@ -330,10 +281,10 @@ async fn p2c_routes_around_an_open_endpoint_which_sees_only_probes_then_rejoins(
 
     // Recovered: after the next (doubled) period, a probe closes it and it
     // takes its share of traffic again.
-    sick.failing.store(false, Ordering::SeqCst);
+    sick.fail(false);
     advance(Duration::from_secs(20)).await;
     for i in 0..300 {
-        assert_eq!(balance.ready().await.unwrap().call(i).await.unwrap(), i);
+        assert_eq!(send(&mut balance, i).await.unwrap(), i);
     }
     assert_eq!(breakers[0].state(), State::Closed);
     assert!(calls(0) > 2 + 30, "rejoined: {} calls", calls(0));
@@ -342,14 +293,11 @@ async fn p2c_routes_around_an_open_endpoint_which_sees_only_probes_then_rejoins(
 
 #[tokio::test(start_paused = true)]
 async fn gate_call_without_a_reservation_still_refuses_an_open_breaker() {
-    let breaker = Breaker::new(config());
-    let upstream = Upstream::default();
-    let mut svc = gated(&breaker, &upstream);
-    trip(&mut svc, &upstream).await;
-    let calls = upstream.calls.load(Ordering::SeqCst);
+    let (_, upstream, mut svc) = tripped_gate().await;
+    let calls = upstream.calls();
     // `call` without `poll_ready` breaks tower's contract; it still must not
     // reach the upstream.
     let err = svc.call(1).await.unwrap_err();
     assert!(CircuitOpen::find(err.as_ref()).is_some());
-    assert_eq!(upstream.calls.load(Ordering::SeqCst), calls);
+    assert_eq!(upstream.calls(), calls);
 }

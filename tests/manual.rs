@@ -1,11 +1,9 @@
 //! Manual control, shadow mode, groups, and transition subscriptions.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::Context;
 use std::time::Duration;
+
+mod common;
 
 use tokio::sync::broadcast::error::TryRecvError;
 use tokio::time::advance;
@@ -16,44 +14,9 @@ use tower_circuit_breaker::{
     Breaker, BreakerGroup, CircuitBreaker, CircuitOpen, Config, Readiness, State,
 };
 
-#[derive(Clone, Default)]
-struct Upstream {
-    failing: Arc<AtomicBool>,
-    calls: Arc<AtomicUsize>,
-}
+use common::{counting_waker, wakes, Flaky};
 
-impl Upstream {
-    fn fail(&self, on: bool) {
-        self.failing.store(on, Ordering::SeqCst);
-    }
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-}
-
-impl Service<u32> for Upstream {
-    type Response = u32;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<u32, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: u32) -> Self::Future {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let failing = self.failing.load(Ordering::SeqCst);
-        Box::pin(async move {
-            if failing {
-                Err(BoxError::from("down"))
-            } else {
-                Ok(req)
-            }
-        })
-    }
-}
-
-fn setup(threshold: u32) -> (Breaker, CircuitBreaker<Upstream>, Upstream) {
+fn setup(threshold: u32) -> (Breaker, CircuitBreaker<Flaky>, Flaky) {
     let breaker = Breaker::new(
         Config::builder()
             .name("manual")
@@ -63,13 +26,21 @@ fn setup(threshold: u32) -> (Breaker, CircuitBreaker<Upstream>, Upstream) {
             .build()
             .unwrap(),
     );
-    let upstream = Upstream::default();
+    let upstream = Flaky::default();
     let svc = CircuitBreaker::new(upstream.clone(), &breaker);
     (breaker, svc, upstream)
 }
 
-async fn call(svc: &mut CircuitBreaker<Upstream>, req: u32) -> Result<u32, BoxError> {
+async fn call(svc: &mut CircuitBreaker<Flaky>, req: u32) -> Result<u32, BoxError> {
     svc.ready().await?.call(req).await
+}
+
+/// Makes the upstream fail, then sends it `n` calls that must all fail.
+async fn fail_calls(svc: &mut CircuitBreaker<Flaky>, upstream: &Flaky, n: usize) {
+    upstream.fail(true);
+    for _ in 0..n {
+        assert!(call(svc, 1).await.is_err());
+    }
 }
 
 fn refusal(result: Result<u32, BoxError>) -> CircuitOpen {
@@ -117,10 +88,7 @@ async fn forced_open_with_an_end_probes_when_it_ends() {
 async fn forced_closed_counts_failures_but_never_opens_until_restored() {
     let (breaker, mut svc, upstream) = setup(2);
     breaker.force_closed();
-    upstream.fail(true);
-    for _ in 0..10 {
-        assert!(call(&mut svc, 1).await.is_err());
-    }
+    fail_calls(&mut svc, &upstream, 10).await;
     assert_eq!(breaker.state(), State::ForcedClosed);
     assert_eq!(upstream.calls(), 10);
     assert_eq!(breaker.snapshot().counts.failures, 10);
@@ -139,10 +107,7 @@ async fn forced_closed_counts_failures_but_never_opens_until_restored() {
 async fn disabled_passes_everything_and_records_nothing() {
     let (breaker, mut svc, upstream) = setup(1);
     breaker.disable();
-    upstream.fail(true);
-    for _ in 0..10 {
-        assert!(call(&mut svc, 1).await.is_err());
-    }
+    fail_calls(&mut svc, &upstream, 10).await;
     let snap = breaker.snapshot();
     assert_eq!(snap.state, State::Disabled);
     assert_eq!((snap.counts.failures, snap.counts.calls), (0, 10));
@@ -191,10 +156,7 @@ async fn shadow_mode_never_refuses_yet_reports_the_trip() {
     let (breaker, mut svc, upstream) = setup(2);
     breaker.set_shadow(true);
     let mut events = breaker.subscribe();
-    upstream.fail(true);
-    for _ in 0..2 {
-        assert!(call(&mut svc, 1).await.is_err());
-    }
+    fail_calls(&mut svc, &upstream, 2).await;
     let opened = events.try_recv().expect("a transition");
     assert_eq!(
         (opened.from, opened.to, opened.shadow),
@@ -291,32 +253,18 @@ async fn subscribers_see_each_transition_once_and_in_order() {
     assert_eq!(breaker.snapshot().counts.probes, 4 * config_probes);
 }
 
-#[derive(Default)]
-struct CountingWaker(AtomicUsize);
-
-impl Wake for CountingWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn manual_change_wakes_gate_waiters() {
     let (breaker, _, upstream) = setup(1);
     let mut gated = CircuitBreaker::new(upstream.clone(), &breaker).readiness(Readiness::Gate);
     breaker.force_open(None);
-    let counter = Arc::new(CountingWaker::default());
-    let waker = Waker::from(Arc::clone(&counter));
+    let (counter, waker) = counting_waker();
     let mut cx = Context::from_waker(&waker);
     assert!(gated.poll_ready(&mut cx).is_pending());
     advance(Duration::from_secs(3600)).await;
-    assert_eq!(
-        counter.0.load(Ordering::SeqCst),
-        0,
-        "isolated: no timer fires"
-    );
+    assert_eq!(wakes(&counter), 0, "isolated: no timer fires");
 
     breaker.restore();
-    assert_eq!(counter.0.load(Ordering::SeqCst), 1);
+    assert_eq!(wakes(&counter), 1);
     assert!(gated.poll_ready(&mut cx).is_ready());
 }

@@ -10,12 +10,12 @@
 /// half-open with every permit taken, and `probe_timeout` never fires.
 mod permit_release_race {
     #[allow(unused_imports)]
-    use super::{noop_waker, ROUNDS};
+    use super::{paused_runtime, poll_once, ready_now, ROUNDS};
     use std::future::Future;
     use std::pin::Pin;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Barrier};
-    use std::task::{Context, Poll};
+    use std::task::Poll;
     use std::time::Duration;
 
     use tower::{service_fn, BoxError, Service};
@@ -44,17 +44,9 @@ mod permit_release_race {
         }
     }
 
-    fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
-        Pin::new(f).poll(&mut Context::from_waker(&noop_waker()))
-    }
-
     #[test]
     fn probe_admitted_during_a_permit_release_still_times_out() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let rt = paused_runtime();
         let handle = rt.handle().clone();
         let _guard = rt.enter();
 
@@ -77,13 +69,13 @@ mod permit_release_race {
             let mut c = a.clone();
 
             // Trip, then let the open period end.
-            assert!(poll_once(&mut std::future::poll_fn(|cx| a.poll_ready(cx))).is_ready());
+            ready_now(&mut a);
             let _ = poll_once(&mut a.call(1));
             assert_eq!(breaker.state(), State::Open);
             rt.block_on(tokio::time::advance(Duration::from_secs(1)));
 
             // `a` takes the only permit; its call will be ignored (permit released).
-            assert!(poll_once(&mut std::future::poll_fn(|cx| a.poll_ready(cx))).is_ready());
+            ready_now(&mut a);
             let mut ignored = a.call(0);
 
             // `b` (another thread) spins for the permit and sends a hanging probe.
@@ -124,7 +116,7 @@ mod permit_release_race {
             // The hanging probe is past its 5 s deadline: the next caller must
             // see it time out and reopen the breaker.
             rt.block_on(tokio::time::advance(Duration::from_secs(6)));
-            assert!(poll_once(&mut std::future::poll_fn(|cx| c.poll_ready(cx))).is_ready());
+            ready_now(&mut c);
             let res = poll_once(&mut c.call(3));
             let state = breaker.state();
             assert_ne!(
@@ -151,12 +143,11 @@ mod permit_release_race {
 /// shorter than the Retry-After the upstream announced (DESIGN decision 4).
 mod reopen_hint_race {
     #[allow(unused_imports)]
-    use super::{noop_waker, ROUNDS};
+    use super::{paused_runtime, poll_once, ready_now, ROUNDS};
     use std::future::Future;
     use std::pin::Pin;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Barrier};
-    use std::task::{Context, Poll};
     use std::time::Duration;
 
     use tower::{service_fn, BoxError, Service};
@@ -184,17 +175,9 @@ mod reopen_hint_race {
         }
     }
 
-    fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
-        Pin::new(f).poll(&mut Context::from_waker(&noop_waker()))
-    }
-
     #[test]
     fn failed_probe_with_retry_after_keeps_the_breaker_open_that_long() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
+        let rt = paused_runtime();
         let handle = rt.handle().clone();
         let _guard = rt.enter();
 
@@ -217,14 +200,14 @@ mod reopen_hint_race {
 
             // Trip (this failure's 60 s hint holds the first period open), then
             // let the open period end.
-            assert!(poll_once(&mut std::future::poll_fn(|cx| a.poll_ready(cx))).is_ready());
+            ready_now(&mut a);
             let _ = poll_once(&mut a.call(1));
             assert_eq!(breaker.state(), State::Open);
             rt.block_on(tokio::time::advance(Duration::from_secs(61)));
 
             // `a` takes a probe permit; `b` (another thread) keeps taking and
             // giving back the other one.
-            assert!(poll_once(&mut std::future::poll_fn(|cx| a.poll_ready(cx))).is_ready());
+            ready_now(&mut a);
             let mut probe = a.call(1);
             let go = Arc::new(Barrier::new(2));
             let stop = Arc::new(AtomicBool::new(false));
@@ -261,7 +244,7 @@ mod reopen_hint_race {
 /// an upstream whose probe has been hanging far past its deadline.
 mod overdue_probe_with_free_permit {
     #[allow(unused_imports)]
-    use super::{noop_waker, ROUNDS};
+    use super::{paused_runtime, poll_once, ready_now, ROUNDS};
     use std::time::Duration;
 
     use tokio::time::advance;
@@ -313,7 +296,7 @@ mod overdue_probe_with_free_permit {
 /// backoff on no evidence from the upstream at all.
 mod unused_reservation {
     #[allow(unused_imports)]
-    use super::{noop_waker, ROUNDS};
+    use super::{paused_runtime, poll_once, ready_now, ROUNDS};
     use std::time::Duration;
 
     use tokio::time::advance;
@@ -368,4 +351,23 @@ impl std::task::Wake for Noop {
 
 fn noop_waker() -> std::task::Waker {
     std::task::Waker::from(std::sync::Arc::new(Noop))
+}
+
+/// A current-thread runtime with time enabled and paused.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+/// Polls `f` once with a waker that does nothing.
+fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> std::task::Poll<F::Output> {
+    std::pin::Pin::new(f).poll(&mut std::task::Context::from_waker(&noop_waker()))
+}
+
+/// Asserts that `svc` is ready at the first poll.
+fn ready_now<S: tower::Service<R>, R>(svc: &mut S) {
+    assert!(poll_once(&mut std::future::poll_fn(|cx| svc.poll_ready(cx))).is_ready());
 }

@@ -21,9 +21,11 @@ use tower::retry::Policy;
 use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::classify::{is_timeout, HttpClassifier};
 use tower_circuit_breaker::policy::{ConsecutiveFailures, SlowCalls, TripReason};
-use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, CircuitOpen, Config, State};
+use tower_circuit_breaker::{
+    Breaker, CircuitBreaker, CircuitBreakerLayer, CircuitOpen, Config, State,
+};
 
-use common::{is_inner_failure, is_open, Call, Scripted};
+use common::{is_inner_failure, is_open, send, Call, Scripted};
 
 fn layer(threshold: u32) -> CircuitBreakerLayer {
     CircuitBreakerLayer::new(
@@ -31,6 +33,28 @@ fn layer(threshold: u32) -> CircuitBreakerLayer {
             .build()
             .unwrap(),
     )
+}
+
+/// A layer that trips after `threshold` consecutive failures and stays open
+/// for a 10 s cooldown.
+fn cooling_layer(threshold: u32) -> CircuitBreakerLayer {
+    CircuitBreakerLayer::new(
+        common::builder(ConsecutiveFailures::new(threshold))
+            .cooldown(Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    )
+}
+
+/// A breaker (one failure trips it, 10 s cooldown) over a [`Scripted`]
+/// service, opened by one failed call.
+async fn tripped_over_scripted() -> (Breaker, Scripted, CircuitBreaker<Scripted>) {
+    let layer = cooling_layer(1);
+    let breaker = layer.breaker();
+    let inner = Scripted::default();
+    let mut svc = ServiceBuilder::new().layer(layer).service(inner.clone());
+    send(&mut svc, Call::Fail).await.unwrap_err();
+    (breaker, inner, svc)
 }
 
 /// Drives all futures concurrently on this task; their outputs in order.
@@ -82,7 +106,7 @@ async fn timeouts_inside_the_breaker_open_it_and_later_calls_fail_fast_without_r
     for i in 0..3 {
         assert_eq!(breaker.state(), State::Closed, "before timeout {i}");
         let start = Instant::now();
-        let err = svc.ready().await.unwrap().call(()).await.unwrap_err();
+        let err = send(&mut svc, ()).await.unwrap_err();
         assert!(is_timeout(err.as_ref()), "{err}");
         assert_eq!(start.elapsed(), Duration::from_secs(5));
     }
@@ -95,7 +119,7 @@ async fn timeouts_inside_the_breaker_open_it_and_later_calls_fail_fast_without_r
 
     let start = Instant::now();
     for _ in 0..10 {
-        let err = svc.ready().await.unwrap().call(()).await.unwrap_err();
+        let err = send(&mut svc, ()).await.unwrap_err();
         assert!(!is_timeout(err.as_ref()));
         assert_eq!(open_error(&err).state(), State::Open);
     }
@@ -118,7 +142,7 @@ async fn timeout_outside_the_breaker_cancels_calls_before_they_are_recorded() {
             std::future::pending::<Result<(), BoxError>>()
         }));
     for _ in 0..10 {
-        let err = svc.ready().await.unwrap().call(()).await.unwrap_err();
+        let err = send(&mut svc, ()).await.unwrap_err();
         assert!(is_timeout(err.as_ref()));
     }
     assert_eq!(breaker.state(), State::Closed);
@@ -189,13 +213,7 @@ async fn http_400_and_401_never_open_the_breaker_however_many() {
     let (mut svc, breaker, calls) = http_stack(http_config(1));
     for _ in 0..100 {
         for status in [400, 401] {
-            let res = svc
-                .ready()
-                .await
-                .unwrap()
-                .call(reply(status))
-                .await
-                .unwrap();
+            let res = send(&mut svc, reply(status)).await.unwrap();
             assert_eq!(res.status().as_u16(), status);
         }
     }
@@ -211,15 +229,10 @@ async fn http_400_and_401_never_open_the_breaker_however_many() {
 async fn http_ignored_responses_neither_reset_nor_extend_a_failure_streak() {
     let (mut svc, breaker, _) = http_stack(http_config(3));
     for status in [500, 500, 400, 401, 404] {
-        svc.ready()
-            .await
-            .unwrap()
-            .call(reply(status))
-            .await
-            .unwrap();
+        send(&mut svc, reply(status)).await.unwrap();
     }
     assert_eq!(breaker.state(), State::Closed);
-    svc.ready().await.unwrap().call(reply(500)).await.unwrap();
+    send(&mut svc, reply(500)).await.unwrap();
     assert_eq!(breaker.state(), State::Open);
     assert_eq!(
         breaker.snapshot().last_trip,
@@ -233,22 +246,11 @@ async fn http_500_503_429_and_408_each_open_the_breaker() {
         let (mut svc, breaker, calls) = http_stack(http_config(3));
         for _ in 0..3 {
             assert_eq!(breaker.state(), State::Closed, "status {status}");
-            svc.ready()
-                .await
-                .unwrap()
-                .call(reply(status))
-                .await
-                .unwrap();
+            send(&mut svc, reply(status)).await.unwrap();
         }
         assert_eq!(breaker.state(), State::Open, "status {status}");
         assert_eq!(breaker.snapshot().counts.failures, 3, "status {status}");
-        let err = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(reply(200))
-            .await
-            .unwrap_err();
+        let err = send(&mut svc, reply(200)).await.unwrap_err();
         open_error(&err);
         assert_eq!(calls.load(Ordering::SeqCst), 3, "status {status}");
     }
@@ -258,12 +260,7 @@ async fn http_500_503_429_and_408_each_open_the_breaker() {
 async fn http_2xx_and_3xx_are_successes_that_reset_the_streak() {
     let (mut svc, breaker, _) = http_stack(http_config(2));
     for status in [500, 200, 500, 204, 500, 301, 500] {
-        svc.ready()
-            .await
-            .unwrap()
-            .call(reply(status))
-            .await
-            .unwrap();
+        send(&mut svc, reply(status)).await.unwrap();
     }
     assert_eq!(breaker.state(), State::Closed);
     assert_eq!(breaker.snapshot().counts.failures, 4);
@@ -271,39 +268,22 @@ async fn http_2xx_and_3xx_are_successes_that_reset_the_streak() {
 
 async fn retry_after_keeps_open_for_its_full_length(status: u16) {
     let (mut svc, breaker, calls) = http_stack(http_config(1));
-    svc.ready()
-        .await
-        .unwrap()
-        .call(reply_after(status, "120"))
-        .await
-        .unwrap();
+    send(&mut svc, reply_after(status, "120")).await.unwrap();
     assert_eq!(breaker.state(), State::Open);
     assert_eq!(breaker.retry_after(), Some(Duration::from_secs(120)));
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(reply(200))
-        .await
-        .unwrap_err();
+    let err = send(&mut svc, reply(200)).await.unwrap_err();
     assert_eq!(open_error(&err).retry_after(), Duration::from_secs(120));
 
     // Well past the 30 s cooldown, not yet past the announced 120 s.
     advance(Duration::from_secs(119)).await;
     assert_eq!(breaker.state(), State::Open, "status {status}");
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(reply(200))
-        .await
-        .unwrap_err();
+    let err = send(&mut svc, reply(200)).await.unwrap_err();
     assert_eq!(open_error(&err).retry_after(), Duration::from_secs(1));
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 
     advance(Duration::from_secs(1)).await;
     assert_eq!(breaker.state(), State::HalfOpen, "status {status}");
-    svc.ready().await.unwrap().call(reply(200)).await.unwrap();
+    send(&mut svc, reply(200)).await.unwrap();
     assert_eq!(breaker.state(), State::Closed);
 }
 
@@ -320,12 +300,7 @@ async fn http_503_with_retry_after_120_stays_open_120s_despite_30s_cooldown() {
 #[tokio::test(start_paused = true)]
 async fn http_retry_after_beyond_max_open_is_capped_at_max_open() {
     let (mut svc, breaker, _) = http_stack(http_config(1));
-    svc.ready()
-        .await
-        .unwrap()
-        .call(reply_after(429, "100000"))
-        .await
-        .unwrap();
+    send(&mut svc, reply_after(429, "100000")).await.unwrap();
     assert_eq!(breaker.state(), State::Open);
     assert_eq!(breaker.retry_after(), Some(Duration::from_secs(300)));
     advance(Duration::from_secs(299)).await;
@@ -337,12 +312,7 @@ async fn http_retry_after_beyond_max_open_is_capped_at_max_open() {
 #[tokio::test(start_paused = true)]
 async fn http_retry_after_shorter_than_cooldown_does_not_shorten_the_open_period() {
     let (mut svc, breaker, _) = http_stack(http_config(1));
-    svc.ready()
-        .await
-        .unwrap()
-        .call(reply_after(503, "5"))
-        .await
-        .unwrap();
+    send(&mut svc, reply_after(503, "5")).await.unwrap();
     advance(Duration::from_secs(29)).await;
     assert_eq!(breaker.state(), State::Open);
     advance(Duration::from_secs(1)).await;
@@ -353,12 +323,7 @@ async fn http_retry_after_shorter_than_cooldown_does_not_shorten_the_open_period
 async fn http_retry_after_on_a_500_is_not_a_hint() {
     // Only 429 and 503 carry a retry-after hint, as the classifier documents.
     let (mut svc, breaker, _) = http_stack(http_config(1));
-    svc.ready()
-        .await
-        .unwrap()
-        .call(reply_after(500, "120"))
-        .await
-        .unwrap();
+    send(&mut svc, reply_after(500, "120")).await.unwrap();
     assert_eq!(breaker.retry_after(), Some(Duration::from_secs(30)));
     advance(Duration::from_secs(30)).await;
     assert_eq!(breaker.state(), State::HalfOpen);
@@ -376,10 +341,7 @@ async fn http_slow_400s_count_neither_as_calls_nor_as_slow_calls() {
     .unwrap();
     let (mut svc, breaker, _) = http_stack(config);
     for _ in 0..10 {
-        svc.ready()
-            .await
-            .unwrap()
-            .call(Reply(400, None, Duration::from_secs(5)))
+        send(&mut svc, Reply(400, None, Duration::from_secs(5)))
             .await
             .unwrap();
     }
@@ -390,13 +352,10 @@ async fn http_slow_400s_count_neither_as_calls_nor_as_slow_calls() {
         tower_circuit_breaker::policy::PolicyFigures::SlowCalls { calls: 0, slow: 0 }
     );
     // A slow 200 is slow: with a fast one it reaches one half.
-    svc.ready()
-        .await
-        .unwrap()
-        .call(Reply(200, None, Duration::from_secs(5)))
+    send(&mut svc, Reply(200, None, Duration::from_secs(5)))
         .await
         .unwrap();
-    svc.ready().await.unwrap().call(reply(200)).await.unwrap();
+    send(&mut svc, reply(200)).await.unwrap();
     assert_eq!(breaker.state(), State::Open);
 }
 
@@ -406,12 +365,7 @@ async fn http_slow_400s_count_neither_as_calls_nor_as_slow_calls() {
 
 #[tokio::test(start_paused = true)]
 async fn buffer_around_breaker_reports_circuit_open_then_serves_again_after_close() {
-    let layer = CircuitBreakerLayer::new(
-        common::builder(ConsecutiveFailures::new(2))
-            .cooldown(Duration::from_secs(10))
-            .build()
-            .unwrap(),
-    );
+    let layer = cooling_layer(2);
     let breaker = layer.breaker();
     let healthy = Arc::new(AtomicBool::new(false));
     let calls = Arc::new(AtomicUsize::new(0));
@@ -432,7 +386,7 @@ async fn buffer_around_breaker_reports_circuit_open_then_serves_again_after_clos
     let mut buffered = Buffer::new(svc, 8);
 
     for n in 0..2 {
-        let err = buffered.ready().await.unwrap().call(n).await.unwrap_err();
+        let err = send(&mut buffered, n).await.unwrap_err();
         assert!(is_inner_failure(&err), "{err}");
     }
     assert_eq!(breaker.state(), State::Open);
@@ -446,15 +400,12 @@ async fn buffer_around_breaker_reports_circuit_open_then_serves_again_after_clos
 
     advance(Duration::from_secs(10)).await;
     healthy.store(true, Ordering::SeqCst);
-    assert_eq!(buffered.ready().await.unwrap().call(21).await.unwrap(), 42);
+    assert_eq!(send(&mut buffered, 21).await.unwrap(), 42);
     assert_eq!(breaker.state(), State::Closed);
 
     // The same buffer keeps serving: its worker was never poisoned.
     for n in 0..20 {
-        assert_eq!(
-            buffered.ready().await.unwrap().call(n).await.unwrap(),
-            n * 2
-        );
+        assert_eq!(send(&mut buffered, n).await.unwrap(), n * 2);
     }
     assert_eq!(calls.load(Ordering::SeqCst), 2 + 1 + 20);
 }
@@ -495,15 +446,9 @@ async fn load_shed_outside_open_breaker_gets_circuit_open_not_overloaded() {
         .layer(layer)
         .service(inner.clone());
 
-    assert!(svc.ready().await.unwrap().call(Call::Ok).await.is_ok());
+    assert!(send(&mut svc, Call::Ok).await.is_ok());
     for _ in 0..2 {
-        let err = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(Call::Fail)
-            .await
-            .unwrap_err();
+        let err = send(&mut svc, Call::Fail).await.unwrap_err();
         assert!(is_inner_failure(&err));
     }
     assert_eq!(breaker.state(), State::Open);
@@ -513,7 +458,7 @@ async fn load_shed_outside_open_breaker_gets_circuit_open_not_overloaded() {
     inner.set_ready(false);
     let polls = inner.polls();
     for _ in 0..5 {
-        let err = svc.ready().await.unwrap().call(Call::Ok).await.unwrap_err();
+        let err = send(&mut svc, Call::Ok).await.unwrap_err();
         assert!(err.downcast_ref::<Overloaded>().is_none(), "{err}");
         assert!(is_open(&err), "{err}");
     }
@@ -532,7 +477,7 @@ async fn load_shed_outside_closed_breaker_sheds_when_inner_is_not_ready() {
         .service(inner.clone());
 
     inner.set_ready(false);
-    let err = svc.ready().await.unwrap().call(Call::Ok).await.unwrap_err();
+    let err = send(&mut svc, Call::Ok).await.unwrap_err();
     assert!(err.downcast_ref::<Overloaded>().is_some(), "{err}");
     assert!(!is_open(&err));
     assert_eq!(inner.calls(), 0);
@@ -540,7 +485,7 @@ async fn load_shed_outside_closed_breaker_sheds_when_inner_is_not_ready() {
     assert_eq!(breaker.snapshot().counts.failures, 0);
 
     inner.set_ready(true);
-    assert!(svc.ready().await.unwrap().call(Call::Ok).await.is_ok());
+    assert!(send(&mut svc, Call::Ok).await.is_ok());
     assert_eq!(breaker.state(), State::Closed);
 }
 
@@ -617,19 +562,13 @@ async fn retry_outside_the_breaker_does_not_retry_an_open_error() {
     let start = Instant::now();
     // Three failed attempts open the breaker; the fourth meets CircuitOpen
     // and the policy gives up instead of hammering it.
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(Call::Fail)
-        .await
-        .unwrap_err();
+    let err = send(&mut svc, Call::Fail).await.unwrap_err();
     assert!(is_open(&err), "{err}");
     assert_eq!(inner.calls(), 3);
     assert_eq!(open_errors.load(Ordering::SeqCst), 1);
     assert_eq!(breaker.state(), State::Open);
 
-    let err = svc.ready().await.unwrap().call(Call::Ok).await.unwrap_err();
+    let err = send(&mut svc, Call::Ok).await.unwrap_err();
     assert!(is_open(&err), "{err}");
     assert_eq!(inner.calls(), 3);
     assert_eq!(open_errors.load(Ordering::SeqCst), 2);
@@ -639,12 +578,7 @@ async fn retry_outside_the_breaker_does_not_retry_an_open_error() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_outside_the_breaker_waits_out_retry_after_then_its_probe_closes_it() {
-    let layer = CircuitBreakerLayer::new(
-        common::builder(ConsecutiveFailures::new(3))
-            .cooldown(Duration::from_secs(10))
-            .build()
-            .unwrap(),
-    );
+    let layer = cooling_layer(3);
     let breaker = layer.breaker();
     let times = Arc::new(Mutex::new(Vec::new()));
     let policy = RetryFailures::new(10, true);
@@ -670,7 +604,7 @@ async fn retry_outside_the_breaker_waits_out_retry_after_then_its_probe_closes_i
         }));
 
     let start = Instant::now();
-    let answer = svc.ready().await.unwrap().call(()).await.unwrap();
+    let answer = send(&mut svc, ()).await.unwrap();
     assert_eq!(answer, "answer");
     assert_eq!(open_errors.load(Ordering::SeqCst), 1);
     let times = times.lock().unwrap().clone();
@@ -692,35 +626,18 @@ async fn retry_inside_the_breaker_counts_one_failure_per_exhausted_call() {
         .retry(RetryFailures::new(2, false))
         .service(inner.clone());
 
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(Call::Fail)
-        .await
-        .unwrap_err();
+    let err = send(&mut svc, Call::Fail).await.unwrap_err();
     assert!(is_inner_failure(&err));
     assert_eq!(inner.calls(), 3);
     assert_eq!(breaker.state(), State::Closed);
     assert_eq!(breaker.snapshot().counts.failures, 1);
 
-    svc.ready()
-        .await
-        .unwrap()
-        .call(Call::Fail)
-        .await
-        .unwrap_err();
+    send(&mut svc, Call::Fail).await.unwrap_err();
     assert_eq!(inner.calls(), 6);
     assert_eq!(breaker.state(), State::Open);
 
     // Open: refused before the retry layer, so nothing is retried.
-    let err = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(Call::Fail)
-        .await
-        .unwrap_err();
+    let err = send(&mut svc, Call::Fail).await.unwrap_err();
     assert!(is_open(&err), "{err}");
     assert_eq!(inner.calls(), 6);
 }
@@ -748,7 +665,7 @@ async fn retry_inside_the_breaker_hides_failures_it_recovered_from() {
             }
         }));
     for _ in 0..10 {
-        svc.ready().await.unwrap().call(()).await.unwrap();
+        send(&mut svc, ()).await.unwrap();
     }
     assert_eq!(calls.load(Ordering::SeqCst), 20);
     assert_eq!(breaker.state(), State::Closed);
@@ -768,7 +685,7 @@ async fn two_services_wrapped_by_one_layer_share_one_breaker() {
     assert!(a.breaker().ptr_eq(&b.breaker()));
 
     for _ in 0..3 {
-        let err = a.ready().await.unwrap().call(Call::Fail).await.unwrap_err();
+        let err = send(&mut a, Call::Fail).await.unwrap_err();
         assert!(is_inner_failure(&err));
     }
     assert_eq!(b.breaker().state(), State::Open);
@@ -777,7 +694,7 @@ async fn two_services_wrapped_by_one_layer_share_one_breaker() {
         Some(TripReason::ConsecutiveFailures { failures: 3 })
     );
 
-    let err = b.ready().await.unwrap().call(Call::Ok).await.unwrap_err();
+    let err = send(&mut b, Call::Ok).await.unwrap_err();
     assert_eq!(open_error(&err).breaker(), "test");
     assert_eq!(inner_b.calls(), 0);
     assert_eq!(inner_b.polls(), 0);
@@ -795,13 +712,11 @@ async fn failures_split_across_two_services_of_one_layer_add_up() {
         .layer(layer)
         .service(Scripted::default());
     for _ in 0..2 {
-        a.ready().await.unwrap().call(Call::Fail).await.unwrap_err();
-        b.ready().await.unwrap().call(Call::Fail).await.unwrap_err();
+        send(&mut a, Call::Fail).await.unwrap_err();
+        send(&mut b, Call::Fail).await.unwrap_err();
     }
     assert_eq!(breaker.state(), State::Open);
-    assert!(is_open(
-        &a.ready().await.unwrap().call(Call::Ok).await.unwrap_err()
-    ));
+    assert!(is_open(&send(&mut a, Call::Ok).await.unwrap_err()));
 }
 
 // ---------------------------------------------------------------------------
@@ -810,22 +725,7 @@ async fn failures_split_across_two_services_of_one_layer_add_up() {
 
 #[tokio::test(start_paused = true)]
 async fn open_breaker_neither_polls_nor_calls_the_inner_service() {
-    let layer = CircuitBreakerLayer::new(
-        common::builder(ConsecutiveFailures::new(1))
-            .cooldown(Duration::from_secs(10))
-            .build()
-            .unwrap(),
-    );
-    let breaker = layer.breaker();
-    let inner = Scripted::default();
-    let mut svc = ServiceBuilder::new().layer(layer).service(inner.clone());
-
-    svc.ready()
-        .await
-        .unwrap()
-        .call(Call::Fail)
-        .await
-        .unwrap_err();
+    let (breaker, inner, mut svc) = tripped_over_scripted().await;
     assert_eq!(breaker.state(), State::Open);
     let (polls, calls) = (inner.polls(), inner.calls());
     assert_eq!((polls, calls), (1, 1));
@@ -843,7 +743,7 @@ async fn open_breaker_neither_polls_nor_calls_the_inner_service() {
 
     // Once half-open, the probe does go through to the inner service.
     advance(Duration::from_secs(10)).await;
-    svc.ready().await.unwrap().call(Call::Ok).await.unwrap();
+    send(&mut svc, Call::Ok).await.unwrap();
     assert_eq!(inner.polls(), polls + 1);
     assert_eq!(inner.calls(), calls + 1);
     assert_eq!(breaker.state(), State::Closed);
@@ -851,21 +751,7 @@ async fn open_breaker_neither_polls_nor_calls_the_inner_service() {
 
 #[tokio::test(start_paused = true)]
 async fn half_open_breaker_with_its_probe_in_flight_refuses_others_without_polling_inner() {
-    let layer = CircuitBreakerLayer::new(
-        common::builder(ConsecutiveFailures::new(1))
-            .cooldown(Duration::from_secs(10))
-            .build()
-            .unwrap(),
-    );
-    let breaker = layer.breaker();
-    let inner = Scripted::default();
-    let mut svc = ServiceBuilder::new().layer(layer).service(inner.clone());
-    svc.ready()
-        .await
-        .unwrap()
-        .call(Call::Fail)
-        .await
-        .unwrap_err();
+    let (breaker, inner, mut svc) = tripped_over_scripted().await;
     advance(Duration::from_secs(10)).await;
 
     let probe = tokio::spawn(svc.clone().oneshot(Call::SlowOk(Duration::from_secs(5))));
@@ -875,7 +761,7 @@ async fn half_open_breaker_with_its_probe_in_flight_refuses_others_without_polli
 
     let (polls, calls) = (inner.polls(), inner.calls());
     for _ in 0..5 {
-        let err = svc.ready().await.unwrap().call(Call::Ok).await.unwrap_err();
+        let err = send(&mut svc, Call::Ok).await.unwrap_err();
         assert_eq!(open_error(&err).state(), State::HalfOpen);
     }
     assert_eq!((inner.polls(), inner.calls()), (polls, calls));
@@ -896,12 +782,7 @@ async fn half_open_breaker_with_its_probe_in_flight_refuses_others_without_polli
 #[tokio::test(start_paused = true)]
 async fn call_after_open_readiness_never_calls_an_unpolled_inner_even_if_the_breaker_closed_meanwhile(
 ) {
-    let layer = CircuitBreakerLayer::new(
-        common::builder(ConsecutiveFailures::new(1))
-            .cooldown(Duration::from_secs(10))
-            .build()
-            .unwrap(),
-    );
+    let layer = cooling_layer(1);
     let breaker = layer.breaker();
     let calls = Arc::new(AtomicUsize::new(0));
     let inner = service_fn({
@@ -921,7 +802,7 @@ async fn call_after_open_readiness_never_calls_an_unpolled_inner_even_if_the_bre
     let mut a = builder.service(inner.clone());
     let mut b = builder.service(inner);
 
-    a.ready().await.unwrap().call(true).await.unwrap_err();
+    send(&mut a, true).await.unwrap_err();
     assert_eq!(breaker.state(), State::Open);
 
     // b is readied while open: ready at once, its inner limit not polled.
@@ -930,7 +811,7 @@ async fn call_after_open_readiness_never_calls_an_unpolled_inner_even_if_the_bre
 
     // Meanwhile a probes and closes the breaker.
     advance(Duration::from_secs(10)).await;
-    a.ready().await.unwrap().call(false).await.unwrap();
+    send(&mut a, false).await.unwrap();
     assert_eq!(breaker.state(), State::Closed);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 
@@ -950,24 +831,19 @@ async fn call_after_open_readiness_never_calls_an_unpolled_inner_even_if_the_bre
     assert!(is_open(&err), "{err}");
 
     // The next ready/call pair goes through normally.
-    b.ready().await.unwrap().call(false).await.unwrap();
+    send(&mut b, false).await.unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
 
 #[tokio::test(start_paused = true)]
 async fn http_failed_probe_with_retry_after_keeps_the_reopened_breaker_open_that_long() {
     let (mut svc, breaker, _) = http_stack(http_config(1));
-    svc.ready().await.unwrap().call(reply(500)).await.unwrap();
+    send(&mut svc, reply(500)).await.unwrap();
     advance(Duration::from_secs(30)).await;
     assert_eq!(breaker.state(), State::HalfOpen);
 
     // The probe meets a 503 announcing 200 s: longer than the 60 s backoff.
-    svc.ready()
-        .await
-        .unwrap()
-        .call(reply_after(503, "200"))
-        .await
-        .unwrap();
+    send(&mut svc, reply_after(503, "200")).await.unwrap();
     assert_eq!(breaker.state(), State::Open);
     assert_eq!(breaker.snapshot().last_trip, Some(TripReason::ProbeFailed));
     advance(Duration::from_secs(199)).await;

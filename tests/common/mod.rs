@@ -240,3 +240,94 @@ impl Harness {
             .unwrap_or_else(|| panic!("expected CircuitOpen, got {err}"))
     }
 }
+
+/// Waits for `svc` to be ready (panicking if it fails), then sends it `req`.
+pub async fn send<S, R>(svc: &mut S, req: R) -> Result<S::Response, S::Error>
+where
+    S: Service<R>,
+    S::Error: fmt::Debug,
+{
+    svc.ready().await.unwrap().call(req).await
+}
+
+/// An upstream that echoes its `u32` request, or fails while `failing` is
+/// set; counts polls and calls, request 0 counting as a probe.
+#[derive(Clone, Default)]
+pub struct Flaky {
+    pub failing: Arc<AtomicBool>,
+    pub polls: Arc<AtomicUsize>,
+    pub calls: Arc<AtomicUsize>,
+    pub probes: Arc<AtomicUsize>,
+}
+
+impl Flaky {
+    /// Makes every later call fail (`true`) or succeed (`false`).
+    pub fn fail(&self, on: bool) {
+        self.failing.store(on, Ordering::SeqCst);
+    }
+
+    pub fn polls(&self) -> usize {
+        self.polls.load(Ordering::SeqCst)
+    }
+
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Calls with request 0.
+    pub fn probes(&self) -> usize {
+        self.probes.load(Ordering::SeqCst)
+    }
+
+    /// Calls with any request but 0.
+    pub fn users(&self) -> usize {
+        self.calls() - self.probes()
+    }
+}
+
+impl Service<u32> for Flaky {
+    type Response = u32;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<u32, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.polls.fetch_add(1, Ordering::SeqCst);
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: u32) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if req == 0 {
+            self.probes.fetch_add(1, Ordering::SeqCst);
+        }
+        let failing = self.failing.load(Ordering::SeqCst);
+        Box::pin(async move {
+            if failing {
+                Err(BoxError::from("upstream down"))
+            } else {
+                Ok(req)
+            }
+        })
+    }
+}
+
+/// A waker that counts how often it is woken.
+#[derive(Default)]
+pub struct CountingWaker(AtomicUsize);
+
+impl std::task::Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A fresh counting waker: its counter and the waker itself.
+pub fn counting_waker() -> (Arc<CountingWaker>, std::task::Waker) {
+    let counter = Arc::new(CountingWaker::default());
+    (Arc::clone(&counter), std::task::Waker::from(counter))
+}
+
+/// How often `counter`'s waker has been woken.
+pub fn wakes(counter: &CountingWaker) -> usize {
+    counter.0.load(Ordering::SeqCst)
+}
