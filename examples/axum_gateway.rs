@@ -16,26 +16,18 @@
 
 #[path = "axum_gateway/app.rs"]
 mod app;
+#[path = "common/demo.rs"]
+mod demo;
 
 use tower::BoxError;
-use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("warn,tower_circuit_breaker::events=info")),
-        )
-        .with_target(false)
-        .without_time()
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
+    demo::print_breaker_events();
 
     let upstream = app::Upstream::default();
-    let upstream_addr = app::start(upstream.router()).await?;
     let breaker = app::breaker()?;
-    let gateway_addr = app::start(app::gateway(&breaker, upstream_addr)).await?;
+    let (gateway_addr, upstream_addr) = app::start_both(&upstream, &breaker).await?;
     println!(
         "gateway on {gateway_addr} -> upstream on {upstream_addr}; opens after {} failures in a \
          row, cooldown {:?}",

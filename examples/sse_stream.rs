@@ -16,25 +16,18 @@
 
 #[path = "sse_stream/app.rs"]
 mod app;
+#[path = "common/demo.rs"]
+mod demo;
 
 use std::sync::atomic::Ordering;
 
 use tower::BoxError;
-use tracing_subscriber::EnvFilter;
 
 use app::Seen;
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("warn,tower_circuit_breaker::events=info")),
-        )
-        .with_target(false)
-        .without_time()
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
+    demo::print_breaker_events();
 
     let (addr, received) = app::serve().await?;
     let breaker = app::breaker()?;

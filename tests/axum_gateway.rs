@@ -15,11 +15,8 @@ use tower_circuit_breaker::State;
 #[tokio::test]
 async fn the_gateway_answers_503_with_retry_after_once_the_upstream_has_failed_enough() {
     let upstream = app::Upstream::default();
-    let upstream_addr = app::start(upstream.router()).await.unwrap();
     let breaker = app::breaker().unwrap();
-    let gateway_addr = app::start(app::gateway(&breaker, upstream_addr))
-        .await
-        .unwrap();
+    let (gateway_addr, _) = app::start_both(&upstream, &breaker).await.unwrap();
 
     let steps = app::run(gateway_addr, &upstream, |_| {}).await.unwrap();
 
@@ -62,11 +59,8 @@ async fn the_gateway_answers_503_with_retry_after_once_the_upstream_has_failed_e
 #[tokio::test]
 async fn a_request_shaped_error_is_forwarded_and_does_not_count() {
     let upstream = app::Upstream::default();
-    let upstream_addr = app::start(upstream.router()).await.unwrap();
     let breaker = app::breaker().unwrap();
-    let gateway_addr = app::start(app::gateway(&breaker, upstream_addr))
-        .await
-        .unwrap();
+    let (gateway_addr, _) = app::start_both(&upstream, &breaker).await.unwrap();
     // The upstream has no such route: its 404 is the request's fault.
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<http_body_util::Empty<hyper::body::Bytes>>();

@@ -8,6 +8,8 @@
 
 #[path = "../examples/hyper_client/app.rs"]
 mod app;
+#[path = "../examples/common/demo.rs"]
+mod demo;
 
 use http::StatusCode;
 use tower_circuit_breaker::State;

@@ -9,6 +9,8 @@
 
 #[path = "../examples/sse_stream/app.rs"]
 mod app;
+#[path = "../examples/common/demo.rs"]
+mod demo;
 
 use std::sync::atomic::Ordering;
 

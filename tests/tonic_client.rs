@@ -10,8 +10,8 @@
 
 #[path = "../examples/tonic_client/app.rs"]
 mod app;
-
-use std::time::Duration;
+#[path = "../examples/common/demo.rs"]
+mod demo;
 
 use tonic::transport::Endpoint;
 use tonic::Code;
@@ -115,8 +115,7 @@ async fn a_breaker_around_a_generated_method_classifies_its_statuses() {
     assert_eq!(upstream.received(), 1 + app::THRESHOLD as usize);
 
     upstream.set_serving(true).await;
-    let rest = breaker.retry_after().unwrap_or_default();
-    tokio::time::sleep(rest + Duration::from_millis(20)).await;
+    demo::wait_out_cooldown(&breaker).await;
     let answer = check.oneshot(String::new()).await.unwrap();
     assert_eq!(answer.into_inner().status(), ServingStatus::Serving);
     assert_eq!(breaker.state(), State::Closed);

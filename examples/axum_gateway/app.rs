@@ -142,6 +142,18 @@ pub async fn start(router: Router) -> io::Result<SocketAddr> {
     Ok(addr)
 }
 
+/// Serves `upstream` and, in front of it, a gateway through `breaker`,
+/// each on a free port of 127.0.0.1; returns the gateway's address, then
+/// the upstream's.
+pub async fn start_both(
+    upstream: &Upstream,
+    breaker: &Breaker,
+) -> io::Result<(SocketAddr, SocketAddr)> {
+    let upstream_addr = start(upstream.router()).await?;
+    let gateway_addr = start(gateway(breaker, upstream_addr)).await?;
+    Ok((gateway_addr, upstream_addr))
+}
+
 /// A gateway's answer, as a client sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Answer {

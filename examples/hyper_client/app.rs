@@ -22,6 +22,8 @@ use tower_circuit_breaker::{
     Breaker, CircuitBreaker, CircuitBreakerLayer, CircuitOpen, Config, ConfigError, State,
 };
 
+use crate::demo::wait_out_cooldown;
+
 /// The client gives up on a request after this long: a hang becomes a
 /// failure the breaker records.
 pub const TIMEOUT: Duration = Duration::from_millis(150);
@@ -228,9 +230,7 @@ pub async fn run(
     }
     upstream.set(Mode::Healthy);
     // Wait out the open period; the next request is the probe.
-    if let Some(rest) = breaker.retry_after() {
-        tokio::time::sleep(rest + Duration::from_millis(20)).await;
-    }
+    wait_out_cooldown(breaker).await;
     for _ in 0..2 {
         send(Mode::Healthy, get(&client, upstream).await);
     }

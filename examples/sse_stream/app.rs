@@ -25,6 +25,8 @@ use tower_circuit_breaker::{
     Breaker, CircuitBreakerLayer, CircuitOpen, Config, ConfigError, State,
 };
 
+use crate::demo::wait_out_cooldown;
+
 /// Events per stream.
 pub const EVENTS: usize = 3;
 /// The broken stream dies after this many events.
@@ -191,9 +193,7 @@ pub async fn run(
         stream(&client, addr, path, breaker, &mut note).await;
     }
     // Wait out the open period; the next stream is the probe.
-    if let Some(rest) = breaker.retry_after() {
-        tokio::time::sleep(rest + Duration::from_millis(20)).await;
-    }
+    wait_out_cooldown(breaker).await;
     stream(&client, addr, "/v1/stream/complete", breaker, &mut note).await;
     seen
 }

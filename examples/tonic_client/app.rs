@@ -41,6 +41,8 @@ use tower_circuit_breaker::{
     Breaker, CircuitBreakerLayer, CircuitOpen, Config, ConfigError, State,
 };
 
+use crate::demo::wait_out_cooldown;
+
 /// Failures in a row that open the breaker.
 pub const THRESHOLD: u32 = 2;
 /// How long the breaker stays open before it lets a probe through.
@@ -254,9 +256,7 @@ pub async fn run(
     ] {
         upstream.set_serving(serving).await;
         if wait_first {
-            if let Some(rest) = breaker.retry_after() {
-                tokio::time::sleep(rest + Duration::from_millis(20)).await;
-            }
+            wait_out_cooldown(breaker).await;
         }
         for _ in 0..calls {
             let answer = check(&mut client).await;
