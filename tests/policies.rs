@@ -21,6 +21,69 @@ fn last_trip(h: &Harness) -> Option<TripReason> {
     h.breaker.snapshot().last_trip
 }
 
+/// The reason a count window of `window` calls trips with `failures` in it.
+fn count_window_trip(failures: u32, window: u32) -> TripReason {
+    TripReason::CountWindow { failures, window }
+}
+
+/// The reason a time window trips with `failures` of `calls` failed.
+fn failure_rate_trip(failures: u32, calls: u32) -> TripReason {
+    TripReason::FailureRate { failures, calls }
+}
+
+/// What a time window shows holding `calls` calls, `failures` of them failed.
+fn time_window_figures(calls: u32, failures: u32) -> PolicyFigures {
+    PolicyFigures::TimeWindow { calls, failures }
+}
+
+/// Asserts the breaker is open and that `reason` is what tripped it last.
+#[track_caller]
+fn assert_tripped(h: &Harness, reason: TripReason) {
+    assert_eq!(h.state(), State::Open);
+    assert_eq!(last_trip(h), Some(reason));
+}
+
+/// Asserts the breaker's policy shows `figures`.
+#[track_caller]
+fn assert_figures(h: &Harness, figures: PolicyFigures) {
+    assert_eq!(h.breaker.snapshot().policy, figures);
+}
+
+/// Asserts the breaker is closed and its policy shows `figures`.
+#[track_caller]
+fn assert_closed_with(h: &Harness, figures: PolicyFigures) {
+    assert_eq!(h.state(), State::Closed);
+    assert_figures(h, figures);
+}
+
+/// Asserts the breaker is still closed, then that `call` (reaching the inner
+/// service) opens it.
+async fn next_call_opens(h: &mut Harness, call: Call) {
+    assert_eq!(h.state(), State::Closed);
+    h.through(call).await;
+    assert_eq!(h.state(), State::Open);
+}
+
+/// Asserts the breaker is still closed, then that `call` trips it for
+/// `reason`.
+async fn next_call_trips(h: &mut Harness, call: Call, reason: TripReason) {
+    next_call_opens(h, call).await;
+    assert_eq!(last_trip(h), Some(reason));
+}
+
+/// `rounds` times over: `failures` failures, then `successes` successes.
+async fn fail_then_succeed_rounds(
+    h: &mut Harness,
+    rounds: usize,
+    failures: usize,
+    successes: usize,
+) {
+    for _ in 0..rounds {
+        h.fail(failures).await;
+        h.succeed(successes).await;
+    }
+}
+
 // ---------------------------------------------------------------------------
 // ConsecutiveFailures
 // ---------------------------------------------------------------------------
@@ -32,15 +95,13 @@ async fn consecutive_failures_interrupted_by_a_success_stay_closed() {
     h.succeed(1).await;
     h.fail(2).await;
 
-    assert_eq!(h.state(), State::Closed);
-    let snap = h.breaker.snapshot();
-    assert_eq!(snap.counts.opened, 0);
-    assert_eq!(
-        snap.policy,
+    assert_eq!(h.breaker.snapshot().counts.opened, 0);
+    assert_closed_with(
+        &h,
         PolicyFigures::ConsecutiveFailures {
             failures: 2,
-            threshold: 3
-        }
+            threshold: 3,
+        },
     );
     h.through(Call::Ok).await;
 }
@@ -49,14 +110,8 @@ async fn consecutive_failures_interrupted_by_a_success_stay_closed() {
 async fn consecutive_failures_trip_on_the_kth_failure_in_a_row_naming_the_count() {
     let mut h = Harness::new(ConsecutiveFailures::new(3));
     h.fail(2).await;
-    assert_eq!(h.state(), State::Closed);
-
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::ConsecutiveFailures { failures: 3 })
-    );
+    let reason = TripReason::ConsecutiveFailures { failures: 3 };
+    next_call_trips(&mut h, Call::Fail, reason).await;
     assert_eq!(h.breaker.snapshot().counts.opened, 1);
     h.refused().await;
 }
@@ -65,13 +120,8 @@ async fn consecutive_failures_trip_on_the_kth_failure_in_a_row_naming_the_count(
 async fn consecutive_failures_of_one_trip_on_the_first_failure() {
     let mut h = Harness::new(ConsecutiveFailures::new(1));
     h.succeed(10).await;
-    assert_eq!(h.state(), State::Closed);
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::ConsecutiveFailures { failures: 1 })
-    );
+    let reason = TripReason::ConsecutiveFailures { failures: 1 };
+    next_call_trips(&mut h, Call::Fail, reason).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -82,10 +132,7 @@ async fn consecutive_failures_of_one_trip_on_the_first_failure() {
 async fn count_window_never_trips_with_two_failures_in_any_ten() {
     let mut h = Harness::new(CountWindow::new(3, 10));
     // F F S S S S S S S S, repeated: every run of ten holds exactly two.
-    for _ in 0..50 {
-        h.fail(2).await;
-        h.succeed(8).await;
-    }
+    fail_then_succeed_rounds(&mut h, 50, 2, 8).await;
     assert_eq!(h.state(), State::Closed);
     assert_eq!(h.breaker.snapshot().counts.opened, 0);
     assert_eq!(h.breaker.snapshot().counts.failures, 100);
@@ -97,17 +144,8 @@ async fn count_window_trips_on_third_failure_in_last_ten() {
     h.fail(1).await;
     h.succeed(7).await;
     h.fail(1).await;
-    assert_eq!(h.state(), State::Closed);
     // Outcomes 1..=10: F, 7 x S, F, F.
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::CountWindow {
-            failures: 3,
-            window: 10
-        })
-    );
+    next_call_trips(&mut h, Call::Fail, count_window_trip(3, 10)).await;
     h.refused().await;
 }
 
@@ -119,16 +157,7 @@ async fn count_window_trips_on_third_failure_in_ten_after_thousand_successes() {
     h.succeed(2).await;
     h.fail(1).await;
     h.succeed(1).await;
-    assert_eq!(h.state(), State::Closed);
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::CountWindow {
-            failures: 3,
-            window: 10
-        })
-    );
+    next_call_trips(&mut h, Call::Fail, count_window_trip(3, 10)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -136,10 +165,7 @@ async fn count_window_failures_spaced_n_outcomes_apart_never_trip() {
     // k = 2 of N = 5: a failure, four successes, a failure... each failure
     // has left the last five outcomes when the next one comes.
     let mut h = Harness::new(CountWindow::new(2, 5));
-    for _ in 0..100 {
-        h.fail(1).await;
-        h.succeed(4).await;
-    }
+    fail_then_succeed_rounds(&mut h, 100, 1, 4).await;
     assert_eq!(h.state(), State::Closed);
     assert_eq!(h.breaker.snapshot().counts.opened, 0);
 }
@@ -151,30 +177,29 @@ async fn count_window_failures_just_inside_n_outcomes_trip() {
     h.fail(1).await;
     h.succeed(3).await;
     h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::CountWindow {
-            failures: 2,
-            window: 5
-        })
-    );
+    assert_tripped(&h, count_window_trip(2, 5));
+}
+
+/// A breaker whose count window forgets failures older than a minute, after
+/// `before` failures, `wait` seconds, then `after` failures.
+async fn stale_after_a_minute_failed(before: usize, wait: u64, after: usize) -> Harness {
+    let mut h = Harness::new(CountWindow::new(3, 10).stale_after(Duration::from_secs(60)));
+    h.fail(before).await;
+    advance(Duration::from_secs(wait)).await;
+    h.fail(after).await;
+    h
 }
 
 #[tokio::test(start_paused = true)]
 async fn count_window_failures_older_than_stale_after_do_not_count() {
-    let mut h = Harness::new(CountWindow::new(3, 10).stale_after(Duration::from_secs(60)));
-    h.fail(2).await;
-    advance(Duration::from_secs(61)).await;
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Closed);
-    assert_eq!(
-        h.breaker.snapshot().policy,
+    let mut h = stale_after_a_minute_failed(2, 61, 1).await;
+    assert_closed_with(
+        &h,
         PolicyFigures::CountWindow {
             failures: 1,
             threshold: 3,
-            window: 10
-        }
+            window: 10,
+        },
     );
     advance(Duration::from_secs(61)).await;
     h.fail(2).await;
@@ -183,29 +208,14 @@ async fn count_window_failures_older_than_stale_after_do_not_count() {
 
 #[tokio::test(start_paused = true)]
 async fn count_window_fresh_failures_within_stale_after_trip() {
-    let mut h = Harness::new(CountWindow::new(3, 10).stale_after(Duration::from_secs(60)));
-    h.fail(2).await;
-    advance(Duration::from_secs(59)).await;
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::CountWindow {
-            failures: 3,
-            window: 10
-        })
-    );
+    let h = stale_after_a_minute_failed(2, 59, 1).await;
+    assert_tripped(&h, count_window_trip(3, 10));
 }
 
 #[tokio::test(start_paused = true)]
 async fn count_window_stale_failure_is_replaced_by_fresh_ones_then_trips() {
-    let mut h = Harness::new(CountWindow::new(3, 10).stale_after(Duration::from_secs(60)));
-    h.fail(1).await;
-    advance(Duration::from_secs(61)).await;
-    h.fail(2).await;
-    assert_eq!(h.state(), State::Closed);
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
+    let mut h = stale_after_a_minute_failed(1, 61, 2).await;
+    next_call_opens(&mut h, Call::Fail).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -223,24 +233,9 @@ fn time_window(min_calls: u32, rate: f64) -> TimeWindow {
 async fn time_window_all_failures_below_min_calls_stay_closed() {
     let mut h = Harness::new(time_window(10, 0.5));
     h.fail(9).await;
-    assert_eq!(h.state(), State::Closed);
-    assert_eq!(
-        h.breaker.snapshot().policy,
-        PolicyFigures::TimeWindow {
-            calls: 9,
-            failures: 9
-        }
-    );
+    assert_closed_with(&h, time_window_figures(9, 9));
     // The tenth call reaches min_calls: now the 100% rate trips it.
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::FailureRate {
-            failures: 10,
-            calls: 10
-        })
-    );
+    next_call_trips(&mut h, Call::Fail, failure_rate_trip(10, 10)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -248,16 +243,7 @@ async fn time_window_trips_when_failure_rate_equals_threshold() {
     let mut h = Harness::new(time_window(4, 0.5));
     h.succeed(2).await;
     h.fail(1).await;
-    assert_eq!(h.state(), State::Closed);
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::FailureRate {
-            failures: 2,
-            calls: 4
-        })
-    );
+    next_call_trips(&mut h, Call::Fail, failure_rate_trip(2, 4)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -266,17 +252,9 @@ async fn time_window_failure_rate_just_below_threshold_stays_closed() {
     h.succeed(5).await;
     // 1/6, 2/7, 3/8, 4/9: all below one half.
     h.fail(4).await;
-    assert_eq!(h.state(), State::Closed);
-    assert_eq!(
-        h.breaker.snapshot().policy,
-        PolicyFigures::TimeWindow {
-            calls: 9,
-            failures: 4
-        }
-    );
+    assert_closed_with(&h, time_window_figures(9, 4));
     // 5/10 reaches it.
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
+    next_call_opens(&mut h, Call::Fail).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -286,16 +264,7 @@ async fn time_window_trips_at_exactly_seven_of_twenty_five_with_rate_0_28() {
     let mut h = Harness::new(time_window(25, 0.28));
     h.succeed(18).await;
     h.fail(6).await;
-    assert_eq!(h.state(), State::Closed);
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::FailureRate {
-            failures: 7,
-            calls: 25
-        })
-    );
+    next_call_trips(&mut h, Call::Fail, failure_rate_trip(7, 25)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -307,9 +276,7 @@ async fn time_window_trips_at_exactly_fifty_five_of_a_hundred_with_rate_0_55() {
     );
     h.succeed(45).await;
     h.fail(54).await;
-    assert_eq!(h.state(), State::Closed);
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
+    next_call_opens(&mut h, Call::Fail).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -317,24 +284,11 @@ async fn time_window_failures_aged_out_of_the_window_do_not_count() {
     let mut h = Harness::new(time_window(4, 0.5));
     h.fail(3).await;
     advance(Duration::from_secs(11)).await;
-    assert_eq!(
-        h.breaker.snapshot().policy,
-        PolicyFigures::TimeWindow {
-            calls: 0,
-            failures: 0
-        }
-    );
+    assert_figures(&h, time_window_figures(0, 0));
     // Counting the three old failures would make 4 of 7.
     h.succeed(3).await;
     h.fail(1).await;
-    assert_eq!(h.state(), State::Closed);
-    assert_eq!(
-        h.breaker.snapshot().policy,
-        PolicyFigures::TimeWindow {
-            calls: 4,
-            failures: 1
-        }
-    );
+    assert_closed_with(&h, time_window_figures(4, 1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -343,14 +297,7 @@ async fn time_window_failures_still_inside_the_window_count() {
     h.fail(3).await;
     advance(Duration::from_secs(5)).await;
     h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::FailureRate {
-            failures: 4,
-            calls: 4
-        })
-    );
+    assert_tripped(&h, failure_rate_trip(4, 4));
 }
 
 // ---------------------------------------------------------------------------
@@ -367,6 +314,13 @@ fn slow_calls(min_calls: u32, rate: f64) -> SlowCalls {
         .min_calls(min_calls)
 }
 
+/// Sends `call` through `h` `n` times, each reaching the inner service.
+async fn repeat(h: &mut Harness, n: usize, call: Call) {
+    for _ in 0..n {
+        h.through(call).await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn slow_calls_count_as_slow_whatever_their_outcome() {
     let mut h = Harness::new(slow_calls(10, 0.5));
@@ -376,11 +330,7 @@ async fn slow_calls_count_as_slow_whatever_their_outcome() {
     h.through(Call::SlowFail(FAST)).await;
     h.through(Call::Ok).await;
     h.through(Call::Fail).await;
-    assert_eq!(
-        h.breaker.snapshot().policy,
-        PolicyFigures::SlowCalls { calls: 6, slow: 2 }
-    );
-    assert_eq!(h.state(), State::Closed);
+    assert_closed_with(&h, PolicyFigures::SlowCalls { calls: 6, slow: 2 });
 }
 
 #[tokio::test(start_paused = true)]
@@ -391,71 +341,42 @@ async fn slow_calls_fast_calls_and_fast_failures_never_trip() {
         h.through(Call::SlowFail(FAST)).await;
         h.through(Call::Fail).await;
     }
-    assert_eq!(h.state(), State::Closed);
-    assert_eq!(
-        h.breaker.snapshot().policy,
-        PolicyFigures::SlowCalls { calls: 10, slow: 0 }
-    );
+    assert_closed_with(&h, PolicyFigures::SlowCalls { calls: 10, slow: 0 });
 }
 
 #[tokio::test(start_paused = true)]
 async fn slow_calls_exactly_at_the_threshold_are_not_slow() {
     let mut h = Harness::new(slow_calls(1, 0.5));
     h.through(Call::SlowOk(SEC)).await;
-    assert_eq!(
-        h.breaker.snapshot().policy,
-        PolicyFigures::SlowCalls { calls: 1, slow: 0 }
-    );
-    assert_eq!(h.state(), State::Closed);
+    assert_closed_with(&h, PolicyFigures::SlowCalls { calls: 1, slow: 0 });
 }
 
 #[tokio::test(start_paused = true)]
 async fn slow_calls_below_min_calls_never_trip_even_all_slow() {
     let mut h = Harness::new(slow_calls(4, 0.5));
-    for _ in 0..3 {
-        h.through(Call::SlowOk(SLOW)).await;
-    }
-    assert_eq!(h.state(), State::Closed);
-    h.through(Call::SlowOk(SLOW)).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::SlowCallRate { slow: 4, calls: 4 })
-    );
+    repeat(&mut h, 3, Call::SlowOk(SLOW)).await;
+    let reason = TripReason::SlowCallRate { slow: 4, calls: 4 };
+    next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn slow_call_rate_trips_at_threshold_not_just_below() {
     let mut h = Harness::new(slow_calls(4, 0.5));
-    for _ in 0..3 {
-        h.through(Call::SlowOk(FAST)).await;
-    }
+    repeat(&mut h, 3, Call::SlowOk(FAST)).await;
     h.through(Call::SlowOk(SLOW)).await; // 1 of 4
     h.through(Call::SlowOk(SLOW)).await; // 2 of 5
-    assert_eq!(h.state(), State::Closed);
-    h.through(Call::SlowOk(SLOW)).await; // 3 of 6
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::SlowCallRate { slow: 3, calls: 6 })
-    );
+    let reason = TripReason::SlowCallRate { slow: 3, calls: 6 }; // 3 of 6
+    next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn slow_call_window_trips_on_recent_slow_calls_after_many_fast_ones() {
     // Over the last 4 calls: 100 fast calls do not dilute two slow ones.
     let mut h = Harness::new(SlowCalls::new(SEC).rate(0.5).over_calls(4).min_calls(4));
-    for _ in 0..100 {
-        h.through(Call::Ok).await;
-    }
+    repeat(&mut h, 100, Call::Ok).await;
     h.through(Call::SlowOk(SLOW)).await;
-    assert_eq!(h.state(), State::Closed);
-    h.through(Call::SlowOk(SLOW)).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::SlowCallRate { slow: 2, calls: 4 })
-    );
+    let reason = TripReason::SlowCallRate { slow: 2, calls: 4 };
+    next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -486,19 +407,10 @@ async fn slow_calls_running_concurrently_all_count_as_slow() {
 async fn slow_call_rate_trips_at_exactly_seven_of_twenty_five_with_rate_0_28() {
     // 7 / 25 is exactly 28%: `>=` must trip, whatever f64 makes of 0.28 * 25.
     let mut h = Harness::new(SlowCalls::new(SEC).rate(0.28).over_calls(25).min_calls(25));
-    for _ in 0..18 {
-        h.through(Call::Ok).await;
-    }
-    for _ in 0..6 {
-        h.through(Call::SlowOk(SLOW)).await;
-    }
-    assert_eq!(h.state(), State::Closed);
-    h.through(Call::SlowOk(SLOW)).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::SlowCallRate { slow: 7, calls: 25 })
-    );
+    repeat(&mut h, 18, Call::Ok).await;
+    repeat(&mut h, 6, Call::SlowOk(SLOW)).await;
+    let reason = TripReason::SlowCallRate { slow: 7, calls: 25 };
+    next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 
 fn slow_calls_over_time() -> SlowCalls {
@@ -514,59 +426,42 @@ async fn slow_calls_over_time_trip_at_rate_within_the_window() {
     h.through(Call::Ok).await;
     h.through(Call::Ok).await;
     h.through(Call::SlowOk(SLOW)).await;
-    assert_eq!(h.state(), State::Closed);
-    h.through(Call::SlowFail(SLOW)).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::SlowCallRate { slow: 2, calls: 4 })
-    );
+    let reason = TripReason::SlowCallRate { slow: 2, calls: 4 };
+    next_call_trips(&mut h, Call::SlowFail(SLOW), reason).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn slow_calls_over_time_aged_out_of_the_window_do_not_count() {
     let mut h = Harness::new(slow_calls_over_time());
-    for _ in 0..3 {
-        h.through(Call::SlowOk(SLOW)).await;
-    }
+    repeat(&mut h, 3, Call::SlowOk(SLOW)).await;
     assert_eq!(h.state(), State::Closed);
     advance(Duration::from_secs(11)).await;
     // Counting the three old slow calls would make 4 of 7.
-    for _ in 0..3 {
-        h.through(Call::Ok).await;
-    }
+    repeat(&mut h, 3, Call::Ok).await;
     h.through(Call::SlowOk(SLOW)).await;
-    assert_eq!(h.state(), State::Closed);
-    assert_eq!(
-        h.breaker.snapshot().policy,
-        PolicyFigures::SlowCalls { calls: 4, slow: 1 }
-    );
+    assert_closed_with(&h, PolicyFigures::SlowCalls { calls: 4, slow: 1 });
 }
 
 // ---------------------------------------------------------------------------
 // AnyOf
 // ---------------------------------------------------------------------------
 
-#[tokio::test(start_paused = true)]
-async fn any_of_opens_on_count_window_and_names_it_when_consecutive_does_not_trip() {
-    let mut h = Harness::new(TripPolicy::any_of([
+/// Three consecutive failures, or three in the last ten calls.
+fn streak_or_count_window() -> TripPolicy {
+    TripPolicy::any_of([
         ConsecutiveFailures::new(3).into(),
         CountWindow::new(3, 10).into(),
-    ]));
+    ])
+}
+
+#[tokio::test(start_paused = true)]
+async fn any_of_opens_on_count_window_and_names_it_when_consecutive_does_not_trip() {
+    let mut h = Harness::new(streak_or_count_window());
     h.fail(1).await;
     h.succeed(1).await;
     h.fail(1).await;
     h.succeed(1).await;
-    assert_eq!(h.state(), State::Closed);
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::CountWindow {
-            failures: 3,
-            window: 10
-        })
-    );
+    next_call_trips(&mut h, Call::Fail, count_window_trip(3, 10)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -576,13 +471,8 @@ async fn any_of_opens_on_consecutive_failures_and_names_it_when_the_window_does_
         ConsecutiveFailures::new(2).into(),
     ]));
     h.fail(1).await;
-    assert_eq!(h.state(), State::Closed);
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::ConsecutiveFailures { failures: 2 })
-    );
+    let reason = TripReason::ConsecutiveFailures { failures: 2 };
+    next_call_trips(&mut h, Call::Fail, reason).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -597,13 +487,7 @@ async fn any_of_names_the_first_member_in_order_when_two_trip_on_the_same_call()
 
     let mut h = Harness::new(TripPolicy::any_of([rate(), streak()]));
     h.fail(3).await;
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::FailureRate {
-            failures: 3,
-            calls: 3
-        })
-    );
+    assert_eq!(last_trip(&h), Some(failure_rate_trip(3, 3)));
 
     let mut h = Harness::new(TripPolicy::any_of([streak(), rate()]));
     h.fail(3).await;
@@ -624,40 +508,28 @@ async fn any_of_opens_on_slow_calls_and_names_them() {
             .into(),
     ]));
     h.through(Call::SlowOk(SLOW)).await;
-    assert_eq!(h.state(), State::Closed);
-    h.through(Call::SlowOk(SLOW)).await;
-    assert_eq!(h.state(), State::Open);
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::SlowCallRate { slow: 2, calls: 2 })
-    );
+    let reason = TripReason::SlowCallRate { slow: 2, calls: 2 };
+    next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn any_of_stays_closed_while_no_member_trips() {
-    let mut h = Harness::new(TripPolicy::any_of([
-        ConsecutiveFailures::new(3).into(),
-        CountWindow::new(3, 10).into(),
-    ]));
+    let mut h = Harness::new(streak_or_count_window());
     // F F S S S S S S S S, repeated: never three in a row, never three in ten.
-    for _ in 0..20 {
-        h.fail(2).await;
-        h.succeed(8).await;
-    }
-    assert_eq!(h.state(), State::Closed);
-    assert_eq!(
-        h.breaker.snapshot().policy,
+    fail_then_succeed_rounds(&mut h, 20, 2, 8).await;
+    assert_closed_with(
+        &h,
         PolicyFigures::AnyOf(vec![
             PolicyFigures::ConsecutiveFailures {
                 failures: 0,
-                threshold: 3
+                threshold: 3,
             },
             PolicyFigures::CountWindow {
                 failures: 2,
                 threshold: 3,
-                window: 10
+                window: 10,
             },
-        ])
+        ]),
     );
 }
 
@@ -673,14 +545,18 @@ async fn trip_then_close(h: &mut Harness, trip: usize) {
     assert_eq!(h.state(), State::Closed);
 }
 
-#[tokio::test(start_paused = true)]
-async fn count_window_starts_empty_after_the_breaker_closes_again() {
-    let mut h = Harness::new(CountWindow::new(3, 10));
+/// Trips and closes a breaker over `policy` with three failures, then
+/// checks that it takes three fresh failures, not one, to open it again.
+async fn three_fresh_failures_open_after_a_close(policy: impl Into<TripPolicy>) {
+    let mut h = Harness::new(policy);
     trip_then_close(&mut h, 3).await;
     h.fail(2).await;
-    assert_eq!(h.state(), State::Closed);
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
+    next_call_opens(&mut h, Call::Fail).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn count_window_starts_empty_after_the_breaker_closes_again() {
+    three_fresh_failures_open_after_a_close(CountWindow::new(3, 10)).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -693,24 +569,12 @@ async fn time_window_starts_empty_after_the_breaker_closes_again() {
     );
     trip_then_close(&mut h, 4).await;
     h.fail(3).await;
-    assert_eq!(h.state(), State::Closed);
-    assert_eq!(
-        h.breaker.snapshot().policy,
-        PolicyFigures::TimeWindow {
-            calls: 3,
-            failures: 3
-        }
-    );
+    assert_closed_with(&h, time_window_figures(3, 3));
 }
 
 #[tokio::test(start_paused = true)]
 async fn consecutive_failures_start_from_zero_after_the_breaker_closes_again() {
-    let mut h = Harness::new(ConsecutiveFailures::new(3));
-    trip_then_close(&mut h, 3).await;
-    h.fail(2).await;
-    assert_eq!(h.state(), State::Closed);
-    h.fail(1).await;
-    assert_eq!(h.state(), State::Open);
+    three_fresh_failures_open_after_a_close(ConsecutiveFailures::new(3)).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -721,127 +585,102 @@ fn ok() -> ConfigBuilder {
     Config::builder()
 }
 
+/// Asserts that a config tripping on `policy` is rejected, naming `field`.
+#[track_caller]
+fn assert_policy_rejected(policy: impl Into<TripPolicy>, field: &str) {
+    assert_rejected(builder(policy), field);
+}
+
+/// Asserts that a config tripping on `policy` builds.
+#[track_caller]
+fn assert_policy_builds(policy: impl Into<TripPolicy>) {
+    assert!(builder(policy).build().is_ok());
+}
+
 #[test]
 fn zero_consecutive_failures_threshold_is_rejected() {
-    assert_rejected(
-        builder(ConsecutiveFailures::new(0)),
-        "trip.consecutive_failures.threshold",
-    );
+    let field = "trip.consecutive_failures.threshold";
+    assert_policy_rejected(ConsecutiveFailures::new(0), field);
 }
 
 #[test]
 fn count_window_with_zero_failures_is_rejected() {
-    assert_rejected(
-        builder(CountWindow::new(0, 10)),
-        "trip.count_window.failures",
-    );
+    assert_policy_rejected(CountWindow::new(0, 10), "trip.count_window.failures");
 }
 
 #[test]
 fn count_window_with_more_failures_than_its_window_is_rejected() {
-    assert_rejected(
-        builder(CountWindow::new(11, 10)),
-        "trip.count_window.failures",
-    );
-    assert!(builder(CountWindow::new(10, 10)).build().is_ok());
+    assert_policy_rejected(CountWindow::new(11, 10), "trip.count_window.failures");
+    assert_policy_builds(CountWindow::new(10, 10));
 }
 
 #[test]
 fn count_window_with_zero_stale_after_is_rejected() {
-    assert_rejected(
-        builder(CountWindow::new(3, 10).stale_after(Duration::ZERO)),
-        "trip.count_window.stale_after",
-    );
+    let policy = CountWindow::new(3, 10).stale_after(Duration::ZERO);
+    assert_policy_rejected(policy, "trip.count_window.stale_after");
 }
 
 #[test]
 fn time_window_failure_rate_of_zero_above_one_or_nan_is_rejected() {
+    let window = || TimeWindow::new(Duration::from_secs(10));
     for rate in [0.0, -0.5, 1.000_001, 2.0, f64::NAN, f64::INFINITY] {
-        assert_rejected(
-            builder(TimeWindow::new(Duration::from_secs(10)).failure_rate(rate)),
-            "trip.time_window.failure_rate",
-        );
+        assert_policy_rejected(window().failure_rate(rate), "trip.time_window.failure_rate");
     }
-    assert!(
-        builder(TimeWindow::new(Duration::from_secs(10)).failure_rate(1.0))
-            .build()
-            .is_ok()
-    );
+    assert_policy_builds(window().failure_rate(1.0));
 }
 
 #[test]
 fn slow_call_rate_of_zero_above_one_or_nan_is_rejected() {
     for rate in [0.0, -0.5, 1.5, f64::NAN, f64::NEG_INFINITY] {
-        assert_rejected(
-            builder(SlowCalls::new(SEC).rate(rate)),
-            "trip.slow_calls.rate",
-        );
+        assert_policy_rejected(SlowCalls::new(SEC).rate(rate), "trip.slow_calls.rate");
     }
 }
 
 #[test]
 fn time_window_with_zero_min_calls_is_rejected() {
-    assert_rejected(
-        builder(TimeWindow::new(Duration::from_secs(10)).min_calls(0)),
-        "trip.time_window.min_calls",
-    );
+    let policy = TimeWindow::new(Duration::from_secs(10)).min_calls(0);
+    assert_policy_rejected(policy, "trip.time_window.min_calls");
 }
 
 #[test]
 fn time_window_with_zero_buckets_is_rejected() {
-    assert_rejected(
-        builder(TimeWindow::new(Duration::from_secs(10)).buckets(0)),
-        "trip.time_window.buckets",
-    );
+    let policy = TimeWindow::new(Duration::from_secs(10)).buckets(0);
+    assert_policy_rejected(policy, "trip.time_window.buckets");
 }
 
 #[test]
 fn time_window_shorter_than_one_millisecond_per_bucket_is_rejected() {
-    assert_rejected(
-        builder(TimeWindow::new(Duration::from_millis(9)).buckets(10)),
-        "trip.time_window.window",
-    );
-    assert_rejected(
-        builder(TimeWindow::new(Duration::ZERO).buckets(1)),
-        "trip.time_window.window",
-    );
-    assert!(
-        builder(TimeWindow::new(Duration::from_millis(10)).buckets(10))
-            .build()
-            .is_ok()
-    );
+    let window = |length, buckets| TimeWindow::new(length).buckets(buckets);
+    let field = "trip.time_window.window";
+    assert_policy_rejected(window(Duration::from_millis(9), 10), field);
+    assert_policy_rejected(window(Duration::ZERO, 1), field);
+    assert_policy_builds(window(Duration::from_millis(10), 10));
 }
 
 #[test]
 fn slow_calls_with_zero_threshold_is_rejected() {
-    assert_rejected(
-        builder(SlowCalls::new(Duration::ZERO)),
+    assert_policy_rejected(
+        SlowCalls::new(Duration::ZERO),
         "trip.slow_calls.slower_than",
     );
 }
 
 #[test]
 fn slow_calls_over_zero_calls_is_rejected() {
-    assert_rejected(
-        builder(SlowCalls::new(SEC).over_calls(0)),
-        "trip.slow_calls.window.calls",
-    );
+    let policy = SlowCalls::new(SEC).over_calls(0);
+    assert_policy_rejected(policy, "trip.slow_calls.window.calls");
 }
 
 #[test]
 fn slow_calls_min_calls_above_its_call_window_is_rejected() {
-    assert_rejected(
-        builder(SlowCalls::new(SEC).over_calls(5).min_calls(6)),
-        "trip.slow_calls.min_calls",
-    );
+    let policy = SlowCalls::new(SEC).over_calls(5).min_calls(6);
+    assert_policy_rejected(policy, "trip.slow_calls.min_calls");
 }
 
 #[test]
 fn slow_calls_over_time_shorter_than_one_millisecond_per_bucket_is_rejected() {
-    assert_rejected(
-        builder(SlowCalls::new(SEC).over_time(Duration::from_millis(5), 10)),
-        "trip.slow_calls.window.length",
-    );
+    let policy = SlowCalls::new(SEC).over_time(Duration::from_millis(5), 10);
+    assert_policy_rejected(policy, "trip.slow_calls.window.length");
 }
 
 #[test]
@@ -908,41 +747,28 @@ fn zero_probe_timeout_is_rejected() {
 
 #[test]
 fn empty_any_of_is_rejected() {
-    assert_rejected(builder(TripPolicy::any_of([])), "trip.any_of");
+    assert_policy_rejected(TripPolicy::any_of([]), "trip.any_of");
 }
 
 #[test]
 fn invalid_member_of_any_of_is_named_by_its_index() {
-    assert_rejected(
-        builder(TripPolicy::any_of([
-            ConsecutiveFailures::new(3).into(),
-            CountWindow::new(0, 10).into(),
-        ])),
-        "trip.any_of[1].count_window.failures",
-    );
+    let policy = TripPolicy::any_of([
+        ConsecutiveFailures::new(3).into(),
+        CountWindow::new(0, 10).into(),
+    ]);
+    assert_policy_rejected(policy, "trip.any_of[1].count_window.failures");
 }
 
 #[test]
 fn invalid_member_of_nested_any_of_is_named_by_its_path() {
-    assert_rejected(
-        builder(TripPolicy::any_of([
-            TripPolicy::any_of([
-                ConsecutiveFailures::new(3).into(),
-                TimeWindow::new(Duration::from_secs(10))
-                    .failure_rate(0.0)
-                    .into(),
-            ]),
-            CountWindow::new(3, 10).into(),
-        ])),
-        "trip.any_of[0].any_of[1].time_window.failure_rate",
-    );
-    assert_rejected(
-        builder(TripPolicy::any_of([
-            ConsecutiveFailures::new(3).into(),
-            TripPolicy::any_of([]),
-        ])),
-        "trip.any_of[1].any_of",
-    );
+    let streak = || -> TripPolicy { ConsecutiveFailures::new(3).into() };
+    let bad_rate = TimeWindow::new(Duration::from_secs(10)).failure_rate(0.0);
+    let nested = TripPolicy::any_of([streak(), bad_rate.into()]);
+    let policy = TripPolicy::any_of([nested, CountWindow::new(3, 10).into()]);
+    let field = "trip.any_of[0].any_of[1].time_window.failure_rate";
+    assert_policy_rejected(policy, field);
+    let policy = TripPolicy::any_of([streak(), TripPolicy::any_of([])]);
+    assert_policy_rejected(policy, "trip.any_of[1].any_of");
 }
 
 #[test]

@@ -25,6 +25,34 @@ fn keys(registry: &Registry<String>) -> Vec<String> {
     keys
 }
 
+/// A registry of at most `max_keys` breakers, each tripping on five
+/// consecutive failures.
+fn bounded(max_keys: usize) -> Registry<String> {
+    Registry::<String>::builder()
+        .default_config(config(5))
+        .max_keys(max_keys)
+        .build()
+}
+
+/// A registry bounded to sixteen keys, filled with `k00` to `k15` in order.
+fn sixteen_keys_held() -> Registry<String> {
+    let registry = bounded(16);
+    for i in 0..16 {
+        registry.get(&format!("k{i:02}")).unwrap();
+    }
+    registry
+}
+
+/// A registry where `a/b` has parent `a`: children trip on `threshold`
+/// consecutive failures, `parent` on `parent_threshold`.
+fn with_parents(threshold: u32, parent: &str, parent_threshold: u32) -> Registry<String> {
+    Registry::<String>::builder()
+        .default_config(config(threshold))
+        .config(parent.into(), config(parent_threshold))
+        .parent(|key: &String| key.split_once('/').map(|(p, _)| p.to_string()))
+        .build()
+}
+
 /// A keyed service over `registry`: requests are `(key, fail)`.
 fn keyed(
     registry: &Registry<String>,
@@ -78,13 +106,7 @@ fn per_key_config_overrides_the_default() {
 #[test]
 fn full_registry_evicts_the_least_recently_used_idle_closed_breaker() {
     // Sixteen keys: each eviction batch is one breaker.
-    let registry = Registry::<String>::builder()
-        .default_config(config(5))
-        .max_keys(16)
-        .build();
-    for i in 0..16 {
-        registry.get(&format!("k{i:02}")).unwrap();
-    }
+    let registry = sixteen_keys_held();
     registry.get(&"k00".into()).unwrap(); // used again: now the most recent
     registry.get(&"new".into()).unwrap();
     assert_eq!(registry.len(), 16);
@@ -99,13 +121,7 @@ fn full_registry_evicts_the_least_recently_used_idle_closed_breaker() {
 
 #[test]
 fn closed_breakers_with_failures_to_remember_are_evicted_last() {
-    let registry = Registry::<String>::builder()
-        .default_config(config(5))
-        .max_keys(16)
-        .build();
-    for i in 0..16 {
-        registry.get(&format!("k{i:02}")).unwrap();
-    }
+    let registry = sixteen_keys_held();
     // The oldest key holds a failure streak: evict a newer, clean one.
     let calls = Arc::new(AtomicUsize::new(0));
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -159,10 +175,7 @@ async fn open_breakers_are_never_evicted_and_a_full_registry_refuses_with_a_type
 
 #[test]
 fn a_million_distinct_keys_stay_within_the_bound() {
-    let registry = Registry::<String>::builder()
-        .default_config(config(5))
-        .max_keys(1_000)
-        .build();
+    let registry = bounded(1_000);
     let mut most = 0;
     for i in 0..1_000_000u32 {
         registry.get(&i.to_string()).unwrap();
@@ -174,11 +187,7 @@ fn a_million_distinct_keys_stay_within_the_bound() {
 
 #[tokio::test(start_paused = true)]
 async fn parent_trips_on_its_childrens_failures_while_each_child_stays_closed() {
-    let registry = Registry::<String>::builder()
-        .default_config(config(3))
-        .config("openai".into(), config(5))
-        .parent(|key: &String| key.split_once('/').map(|(p, _)| p.to_string()))
-        .build();
+    let registry = with_parents(3, "openai", 5);
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = keyed(&registry, Arc::clone(&calls));
     for model in ["a", "b", "c", "d", "e"] {
@@ -212,11 +221,7 @@ async fn parent_trips_on_its_childrens_failures_while_each_child_stays_closed() 
 
 #[tokio::test(start_paused = true)]
 async fn an_open_child_refuses_and_names_itself_while_its_parent_is_closed() {
-    let registry = Registry::<String>::builder()
-        .default_config(config(1))
-        .config("p".into(), config(100))
-        .parent(|key: &String| key.split_once('/').map(|(p, _)| p.to_string()))
-        .build();
+    let registry = with_parents(1, "p", 100);
     let svc = keyed(&registry, Arc::new(AtomicUsize::new(0)));
     let _ = svc.clone().oneshot(("p/sick".into(), true)).await;
     let err = svc
@@ -304,11 +309,7 @@ async fn registry_subscribers_see_every_keys_transitions() {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_the_child_refuses_is_not_admitted_by_its_parent_either() {
-    let registry = Registry::<String>::builder()
-        .default_config(config(1))
-        .config("p".into(), config(100))
-        .parent(|key: &String| key.split_once('/').map(|(p, _)| p.to_string()))
-        .build();
+    let registry = with_parents(1, "p", 100);
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = keyed(&registry, Arc::clone(&calls));
     let _ = svc.clone().oneshot(("p/sick".into(), true)).await; // trips the child

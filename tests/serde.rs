@@ -57,6 +57,27 @@ fn assert_names(toml: &str, field: &str) -> String {
     message
 }
 
+/// Reading each `(toml, field, problem)` fails with an error that names
+/// `field` and says `problem`.
+#[track_caller]
+fn assert_each_names(cases: &[(&str, &str, &str)]) {
+    for &(toml, field, problem) in cases {
+        let message = assert_names(toml, field);
+        assert!(
+            message.contains(problem),
+            "{toml}\nexpected {problem:?} in: {message}"
+        );
+    }
+}
+
+/// A one-minute time window in six buckets, tripping at half of 20 calls.
+fn minute_window() -> TimeWindow {
+    TimeWindow::new(secs(60))
+        .buckets(6)
+        .min_calls(20)
+        .failure_rate(0.5)
+}
+
 // ----------------------------------------------------------------- policies
 
 /// Every policy form as a config file writes it, and the policy the
@@ -81,11 +102,7 @@ fn every_policy_form() -> Vec<(&'static str, TripPolicy)> {
         ),
         (
             r#"{ time_window = { window = "60s", buckets = 6, min_calls = 20, failure_rate = 0.5 } }"#,
-            TimeWindow::new(secs(60))
-                .buckets(6)
-                .min_calls(20)
-                .failure_rate(0.5)
-                .into(),
+            minute_window().into(),
         ),
         (
             // A rate written as a whole number.
@@ -134,14 +151,7 @@ fn every_policy_form() -> Vec<(&'static str, TripPolicy)> {
         ),
         (
             r#"{ any_of = [ { consecutive_failures = { threshold = 3 } }, { time_window = { window = "60s", buckets = 6, min_calls = 20, failure_rate = 0.5 } } ] }"#,
-            TripPolicy::any_of([
-                ConsecutiveFailures::new(3).into(),
-                TimeWindow::new(secs(60))
-                    .buckets(6)
-                    .min_calls(20)
-                    .failure_rate(0.5)
-                    .into(),
-            ]),
+            TripPolicy::any_of([ConsecutiveFailures::new(3).into(), minute_window().into()]),
         ),
         (
             r#"{ any_of = [ { any_of = [ { count_window = { failures = 1, window = 1 } } ] }, { slow_calls = { slower_than = "1s" } } ] }"#,
@@ -453,13 +463,7 @@ fn values_out_of_range_name_their_field() {
             "must be at least 1",
         ),
     ];
-    for (toml, field, problem) in cases {
-        let message = assert_names(toml, field);
-        assert!(
-            message.contains(problem),
-            "{toml}\nexpected {problem:?} in: {message}"
-        );
-    }
+    assert_each_names(&cases);
     assert_eq!(
         error("trip = { count_window = { failures = 11, window = 10 } }"),
         "invalid circuit breaker config: `trip.count_window.failures` must be at most the window (10)"
@@ -544,13 +548,7 @@ fn values_of_the_wrong_type_or_missing_name_their_field() {
         ),
         ("cooldown = { secs = 30 }", "cooldown", "got a table"),
     ];
-    for (toml, field, problem) in cases {
-        let message = assert_names(toml, field);
-        assert!(
-            message.contains(problem),
-            "{toml}\nexpected {problem:?} in: {message}"
-        );
-    }
+    assert_each_names(&cases);
     // JSON's null is no value for a duration (only for probe_timeout).
     let err = serde_json::from_str::<Config>(r#"{"cooldown": null}"#)
         .unwrap_err()
@@ -622,21 +620,20 @@ fn registry_errors_name_the_section_and_the_field() {
         read("[keys.\"openai/gpt-x\"]\ntrip = { count_window = { failures = 11, window = 10 } }"),
         "invalid circuit breaker config: `keys.\"openai/gpt-x\".trip.count_window.failures` must be at most the window (10)"
     );
-    let message = read("[default]\ncooldown = \"30\"");
-    assert!(
-        message.starts_with("invalid circuit breaker config: `default.cooldown` "),
-        "{message}"
-    );
-    let message = read("[keys.local]\nprobe_timeout = \"-1s\"");
-    assert!(
-        message.starts_with("invalid circuit breaker config: `keys.\"local\".probe_timeout` "),
-        "{message}"
-    );
-    let message = read("max_keys = 0");
-    assert!(
-        message.starts_with("invalid circuit breaker config: `max_keys` must be at least 1"),
-        "{message}"
-    );
+    for (toml, start) in [
+        ("[default]\ncooldown = \"30\"", "`default.cooldown` "),
+        (
+            "[keys.local]\nprobe_timeout = \"-1s\"",
+            "`keys.\"local\".probe_timeout` ",
+        ),
+        ("max_keys = 0", "`max_keys` must be at least 1"),
+    ] {
+        let message = read(toml);
+        assert!(
+            message.starts_with(&format!("invalid circuit breaker config: {start}")),
+            "{message}"
+        );
+    }
     let message = read("[defaults]\ncooldown = \"30s\"");
     assert!(message.contains("unknown field `defaults`"), "{message}");
     // A key given twice (JSON allows it; the second would silently win).
@@ -677,16 +674,10 @@ async fn providers_toml_builds_a_registry_with_every_key_configured() {
 
     let registry = configs.build();
     let config_of = |key: &str| registry.get(&key.to_string()).unwrap().config();
-    let window = || {
-        TimeWindow::new(secs(60))
-            .buckets(6)
-            .min_calls(20)
-            .failure_rate(0.5)
-    };
-    assert_eq!(config_of("openai").trip(), &window().into());
+    assert_eq!(config_of("openai").trip(), &minute_window().into());
     assert_eq!(
         config_of("openai/gpt-x").trip(),
-        &TripPolicy::any_of([ConsecutiveFailures::new(3).into(), window().into()])
+        &TripPolicy::any_of([ConsecutiveFailures::new(3).into(), minute_window().into()])
     );
     let mini = config_of("openai/gpt-x-mini");
     assert_eq!(
