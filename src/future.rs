@@ -146,6 +146,9 @@ where
     // Not `poll_with`: the closed-state hot path keeps the output where the
     // inner future left it and classifies it by reference, without the
     // moves a shaping step costs (measured: several nanoseconds per call).
+    // Its first half repeats `poll_with`'s on purpose: sharing it through a
+    // helper that hands the output on, by return or to a closure, measured
+    // 1 to 2 ns slower per closed call.
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
