@@ -19,12 +19,16 @@
 #[path = "common/rng.rs"]
 mod rng;
 
+#[path = "common/panics.rs"]
+mod panics;
+
+use panics::{quiet_scripted_panics, SCRIPTED_PANIC};
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Once};
+use std::sync::{mpsc, Arc};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -48,8 +52,6 @@ const GATED_TASKS: usize = 4;
 const MAX_THINK_MS: u64 = 20;
 const MAX_LATENCY_MS: u64 = 3_000;
 const MAX_CANCEL_AFTER_MS: u64 = 800;
-
-const SCRIPTED_PANIC: &str = "scripted upstream panic";
 
 fn config(name: &str) -> Config {
     Config::builder()
@@ -197,23 +199,6 @@ impl<F: Future> Future for CatchPanic<F> {
             Err(_) => Poll::Ready(Err(())),
         }
     }
-}
-
-fn quiet_scripted_panics() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let message = info
-                .payload()
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| info.payload().downcast_ref::<&str>().copied());
-            if message != Some(SCRIPTED_PANIC) {
-                default(info);
-            }
-        }));
-    });
 }
 
 // ---------------------------------------------------------------------------

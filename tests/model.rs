@@ -20,10 +20,14 @@
 //! `PROPTEST_CASES` sets the number of cases (default 300) and
 //! `PROPTEST_RNG_SEED` the seed.
 
+#[path = "common/panics.rs"]
+mod panics;
+
+use panics::{quiet_scripted_panics, SCRIPTED_PANIC};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -442,8 +446,6 @@ impl Model {
 // The breaker under test: a scripted upstream and a closure classifier.
 // ---------------------------------------------------------------------------
 
-const SCRIPTED_PANIC: &str = "scripted upstream panic";
-
 /// What the upstream answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Reply {
@@ -524,25 +526,6 @@ fn classifier() -> Classifier {
         }
         Ok(Reply::Failure) | Err(_) => Verdict::new(Outcome::Failure),
     }
-}
-
-/// Keeps the scripted panics out of the test output; other panics (a
-/// failed assertion) are reported as usual.
-fn quiet_scripted_panics() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let message = info
-                .payload()
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| info.payload().downcast_ref::<&str>().copied());
-            if message != Some(SCRIPTED_PANIC) {
-                default(info);
-            }
-        }));
-    });
 }
 
 // ---------------------------------------------------------------------------
