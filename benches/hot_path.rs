@@ -355,10 +355,14 @@ where
     Scenario::new(name, svc, Some((breaker, State::Closed)))
 }
 
-/// Keyed breakers: a registry holding `KEYS` keys, each call going through
-/// the breaker of key `i % KEYS` (the lookup, its hash and the shard lock
-/// are what this measures against `closed/consecutive`).
-fn keyed<S, E>(name: &'static str, inner: S) -> Scenario
+/// Keyed breakers: a registry holding `KEYS` keys, call `i` going through
+/// the breaker of key `i % working_set`. With every key in turn
+/// (`working_set == KEYS`) no key comes back while the service still
+/// remembers it: each call pays the registry's lookup (its hash, its shard
+/// lock) and the cache misses of 10,000 breakers. With a few keys in turn
+/// the service finds them among those it remembers, as a connection that
+/// calls a handful of providers does.
+fn keyed<S, E>(name: &'static str, inner: S, working_set: u64) -> Scenario
 where
     S: Service<u64, Response = u64, Error = E> + 'static,
     E: From<CircuitOpen> + From<RegistryFull> + fmt::Debug,
@@ -371,7 +375,8 @@ where
     for key in 0..KEYS {
         registry.get(&key).expect("room for every key");
     }
-    let mut svc = KeyedLayer::new(registry, |req: &u64| req % KEYS).layer(inner);
+    assert!(working_set <= KEYS);
+    let mut svc = KeyedLayer::new(registry, move |req: &u64| req % working_set).layer(inner);
     expect_served(name, &mut svc);
     Scenario::new(name, svc, None)
 }
@@ -718,7 +723,8 @@ fn scenarios() -> Vec<Scenario> {
         Scenario::new("bare", bare, None),
         closed("closed/consecutive", Config::default(), inner()),
         closed_gate("closed/gate", Config::default(), inner()),
-        keyed("keyed/10k_keys", inner()),
+        keyed("keyed/10k_keys", inner(), 10_000),
+        keyed("keyed/10k_keys/4_hot", inner(), 4),
         closed(
             "closed/count_window",
             config("closed/count_window", CountWindow::new(5, 20)),

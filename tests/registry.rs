@@ -325,3 +325,101 @@ async fn a_call_the_child_refuses_is_not_admitted_by_its_parent_either() {
     let child = registry.get(&"p/sick".into()).unwrap().snapshot();
     assert_eq!((child.counts.calls, child.counts.rejected), (1, 3));
 }
+
+// A service clone that calls a key again remembers its breakers and skips
+// the registry; what it does must be what a lookup would have done.
+
+/// Sends `(key, fail)` through `svc` itself (not a clone), as a connection
+/// that serves request after request does.
+async fn send(
+    svc: &mut (impl tower::Service<(String, bool), Response = (), Error = BoxError> + Clone),
+    key: &str,
+    fail: bool,
+) -> Result<(), BoxError> {
+    svc.ready().await?.call((key.to_string(), fail)).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clone_that_calls_a_key_again_counts_and_refuses_as_a_lookup_does() {
+    let registry = with_parents(3, "p", 100);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut svc = keyed(&registry, Arc::clone(&calls));
+    for _ in 0..3 {
+        assert!(send(&mut svc, "p/sick", true).await.is_err());
+    }
+    for _ in 0..4 {
+        let err = send(&mut svc, "p/sick", false).await.unwrap_err();
+        assert_eq!(CircuitOpen::find(err.as_ref()).unwrap().breaker(), "p/sick");
+    }
+    send(&mut svc, "p/well", false).await.unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+
+    let counts = |key: &str| {
+        let c = registry.get(&key.to_string()).unwrap().snapshot().counts;
+        (c.calls, c.rejected, c.failures)
+    };
+    assert_eq!(counts("p/sick"), (3, 4, 3));
+    assert_eq!(counts("p"), (4, 0, 3), "every admitted call, once");
+    drop(svc);
+    assert_eq!(counts("p/sick"), (3, 4, 3), "kept when the clone goes");
+    assert_eq!(counts("p"), (4, 0, 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_open_parent_refuses_a_remembered_child_and_names_itself() {
+    let registry = with_parents(100, "p", 3);
+    let mut svc = keyed(&registry, Arc::new(AtomicUsize::new(0)));
+    for _ in 0..3 {
+        assert!(send(&mut svc, "p/a", true).await.is_err());
+    }
+    let err = send(&mut svc, "p/a", false).await.unwrap_err();
+    assert_eq!(CircuitOpen::find(err.as_ref()).unwrap().breaker(), "p");
+    let child = registry.get(&"p/a".into()).unwrap().snapshot();
+    assert_eq!(child.state, State::Closed);
+    assert_eq!(child.counts.rejected, 0, "the child was not asked");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_evicted_while_remembered_is_looked_up_again() {
+    let registry = bounded(16);
+    let mut svc = keyed(&registry, Arc::new(AtomicUsize::new(0)));
+    for _ in 0..3 {
+        send(&mut svc, "k00", false).await.unwrap();
+    }
+    for i in 1..16 {
+        registry.get(&format!("k{i:02}")).unwrap();
+    }
+    // Full: the least recently used, `k00`, makes room.
+    registry.get(&"new".into()).unwrap();
+    assert!(!keys(&registry).contains(&"k00".to_string()));
+
+    assert!(send(&mut svc, "k00", true).await.is_err());
+    let k00 = registry.get(&"k00".into()).unwrap().snapshot();
+    assert_eq!(
+        (k00.counts.calls, k00.counts.failures),
+        (1, 1),
+        "the call went to the breaker the registry holds now"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_used_through_a_clones_memory_stays_recently_used() {
+    // 32 keys; a full registry evicts two at a time.
+    let registry = bounded(32);
+    let mut svc = keyed(&registry, Arc::new(AtomicUsize::new(0)));
+    for _ in 0..3 {
+        send(&mut svc, "hot", false).await.unwrap();
+    }
+    for i in 1..31 {
+        registry.get(&format!("k{i:02}")).unwrap();
+    }
+    // Only the clone's memory sees this use; the registry is not asked.
+    send(&mut svc, "hot", false).await.unwrap();
+    registry.get(&"k31".into()).unwrap();
+    registry.get(&"k32".into()).unwrap();
+    let held = keys(&registry);
+    assert!(held.contains(&"hot".to_string()), "{held:?}");
+    assert!(!held.contains(&"k01".to_string()), "{held:?}");
+    assert!(!held.contains(&"k02".to_string()), "{held:?}");
+    assert_eq!(held.len(), 31);
+}

@@ -54,6 +54,10 @@ struct Hot {
     probe_deadline_ms: AtomicU64,
     /// Shadow mode: every refusal becomes a pass (read on refusals only).
     shadow: AtomicBool,
+    /// Evicted from its registry: a keyed service that remembers this
+    /// breaker must look its key up again (read on every keyed call,
+    /// written once).
+    retired: AtomicBool,
 }
 
 #[derive(Default)]
@@ -67,6 +71,9 @@ struct Counters {
     stale: AtomicU64,
     opened: AtomicU64,
     probes: AtomicU64,
+    /// A registry's insertion count when this breaker was last used: a
+    /// cheap clock for eviction order, written only when it moved.
+    used_at: AtomicU64,
 }
 
 /// Bookkeeping behind the mutex: the policy's counters and what a
@@ -152,6 +159,7 @@ impl Shared {
                 success_matters: AtomicBool::new(policy.success_matters()),
                 probe_deadline_ms: AtomicU64::new(u64::MAX),
                 shadow: AtomicBool::new(false),
+                retired: AtomicBool::new(false),
             }),
             counters: Padded(Counters::default()),
             clones: Clones::default(),
@@ -631,6 +639,32 @@ impl Shared {
 
     /// Whether a success would change the trip policy's state (a closed
     /// breaker with nothing to forget is the cheapest to evict).
+    /// Marks a use at registry insertion count `now`.
+    #[inline]
+    pub(crate) fn mark_used(&self, now: u64) {
+        let used_at = &self.counters.0.used_at;
+        // Repeated use of a hot key writes nothing.
+        if used_at.load(Ordering::Relaxed) != now {
+            used_at.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// The registry insertion count at the last use.
+    pub(crate) fn used_at(&self) -> u64 {
+        self.counters.0.used_at.load(Ordering::Relaxed)
+    }
+
+    /// Its registry has evicted it.
+    pub(crate) fn retire(&self) {
+        self.hot.0.retired.store(true, Ordering::Release);
+    }
+
+    /// Whether its registry has evicted it.
+    #[inline]
+    pub(crate) fn is_retired(&self) -> bool {
+        self.hot.0.retired.load(Ordering::Acquire)
+    }
+
     pub(crate) fn holds_failures(&self) -> bool {
         self.hot.0.success_matters.load(Ordering::Relaxed)
     }

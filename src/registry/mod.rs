@@ -58,7 +58,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::broadcast;
 
 pub use extract::{authority, header};
-pub use service::{KeyedCircuitBreaker, KeyedFuture, KeyedLayer};
+pub use service::{KeyedCircuitBreaker, KeyedFuture, KeyedLayer, RECENT_KEYS};
 
 use crate::breaker::shared::EVENT_CAPACITY;
 use crate::breaker::{Breaker, BreakerGroup, Snapshot};
@@ -84,16 +84,9 @@ impl<K> Clone for Registry<K> {
     }
 }
 
-struct Entry {
-    breaker: Breaker,
-    /// The insertion count when this key was last used: a cheap clock for
-    /// eviction order, written only when it moved.
-    last_used: AtomicU64,
-}
-
 /// Entries by the key's hash (already computed: the shard map hashes no
 /// further), a bucket holding the rare keys whose hashes collide.
-type Shard<K> = HashMap<u64, Vec<(K, Entry)>, BuildHasherDefault<Prehashed>>;
+type Shard<K> = HashMap<u64, Vec<(K, Breaker)>, BuildHasherDefault<Prehashed>>;
 
 struct Inner<K> {
     shards: Vec<RwLock<Shard<K>>>,
@@ -102,7 +95,8 @@ struct Inner<K> {
     parent_of: Option<ParentOf<K>>,
     max_keys: usize,
     keys: AtomicU64,
-    /// Counts insertions; see `Entry::last_used`.
+    /// Counts insertions: the clock of eviction order (each breaker notes
+    /// the count at its last use).
     insertions: AtomicU64,
     /// Makes evictions one at a time.
     evicting: Mutex<()>,
@@ -185,21 +179,27 @@ where
     /// `key`'s breaker, if it exists; a use at insertion count `now`.
     fn find(&self, key: &K, hash: u64, now: Option<u64>) -> Option<Breaker> {
         let shard = self.shard(hash).read().unwrap_or_else(|p| p.into_inner());
-        let (_, entry) = shard.get(&hash)?.iter().find(|(k, _)| k == key)?;
-        // Write only when the clock moved: repeated use of a hot key
-        // writes nothing.
+        let (_, breaker) = shard.get(&hash)?.iter().find(|(k, _)| k == key)?;
         if let Some(now) = now {
-            if entry.last_used.load(Ordering::Relaxed) != now {
-                entry.last_used.store(now, Ordering::Relaxed);
-            }
+            breaker.shared.mark_used(now);
         }
         // Cloned under the lock: one reference count, no entry to keep.
-        Some(entry.breaker.clone())
+        Some(breaker.clone())
+    }
+
+    /// The clock of eviction order, for a use found without a lookup.
+    #[inline]
+    fn now(&self) -> u64 {
+        self.inner.insertions.load(Ordering::Relaxed)
     }
 
     /// The breaker for `key`, made on first use. Its name is the key.
     pub fn get(&self, key: &K) -> Result<Breaker, RegistryFull> {
-        let hash = self.hash(key);
+        self.get_hashed(key, self.hash(key))
+    }
+
+    /// [`get`](Self::get), with the key's hash already computed.
+    fn get_hashed(&self, key: &K, hash: u64) -> Result<Breaker, RegistryFull> {
         let now = self.inner.insertions.load(Ordering::Relaxed);
         match self.find(key, hash, Some(now)) {
             Some(breaker) => Ok(breaker),
@@ -209,7 +209,17 @@ where
 
     /// The breaker for `key` and, when the key has one, its parent's.
     pub fn get_with_parent(&self, key: &K) -> Result<(Breaker, Option<Breaker>), RegistryFull> {
-        let child = self.get(key)?;
+        self.get_with_parent_hashed(key, self.hash(key))
+    }
+
+    /// [`get_with_parent`](Self::get_with_parent), with the key's hash
+    /// already computed.
+    fn get_with_parent_hashed(
+        &self,
+        key: &K,
+        hash: u64,
+    ) -> Result<(Breaker, Option<Breaker>), RegistryFull> {
+        let child = self.get_hashed(key, hash)?;
         let parent = match self.inner.parent_of.as_ref().and_then(|f| f(key)) {
             Some(parent) if &parent != key => Some(self.get(&parent)?),
             _ => None,
@@ -229,8 +239,8 @@ where
         let mut shard = self.shard(hash).write().unwrap_or_else(|p| p.into_inner());
         let bucket = shard.entry(hash).or_default();
         // Another caller may have made it meanwhile.
-        if let Some((_, entry)) = bucket.iter().find(|(k, _)| k == key) {
-            return Ok(entry.breaker.clone());
+        if let Some((_, breaker)) = bucket.iter().find(|(k, _)| k == key) {
+            return Ok(breaker.clone());
         }
         let breaker = Breaker::new(self.config_for(key));
         breaker.shared.forward_to(self.inner.events.clone());
@@ -239,13 +249,8 @@ where
             store.attach(&breaker);
         }
         let tick = self.inner.insertions.fetch_add(1, Ordering::Relaxed) + 1;
-        bucket.push((
-            key.clone(),
-            Entry {
-                breaker: breaker.clone(),
-                last_used: AtomicU64::new(tick),
-            },
-        ));
+        breaker.shared.mark_used(tick);
+        bucket.push((key.clone(), breaker.clone()));
         self.inner.keys.fetch_add(1, Ordering::Relaxed);
         Ok(breaker)
     }
@@ -268,11 +273,11 @@ where
         for shard in &self.inner.shards {
             let shard = shard.read().unwrap_or_else(|p| p.into_inner());
             for (hash, bucket) in shard.iter() {
-                for (key, entry) in bucket {
-                    if entry.breaker.shared.load().tag() == crate::breaker::state::Tag::Closed {
+                for (key, breaker) in bucket {
+                    if breaker.shared.load().tag() == crate::breaker::state::Tag::Closed {
                         candidates.push((
-                            entry.breaker.shared.holds_failures(),
-                            entry.last_used.load(Ordering::Relaxed),
+                            breaker.shared.holds_failures(),
+                            breaker.shared.used_at(),
                             *hash,
                             key.clone(),
                         ));
@@ -289,10 +294,12 @@ where
             let mut shard = self.shard(hash).write().unwrap_or_else(|p| p.into_inner());
             if let Some(bucket) = shard.get_mut(&hash) {
                 // Evict only if still closed: it may have tripped meanwhile.
-                if let Some(i) = bucket.iter().position(|(k, e)| {
-                    k == &key && e.breaker.shared.load().tag() == crate::breaker::state::Tag::Closed
+                if let Some(i) = bucket.iter().position(|(k, b)| {
+                    k == &key && b.shared.load().tag() == crate::breaker::state::Tag::Closed
                 }) {
-                    bucket.swap_remove(i);
+                    let (_, evicted) = bucket.swap_remove(i);
+                    // Services that remember it look the key up again.
+                    evicted.shared.retire();
                     self.inner.keys.fetch_sub(1, Ordering::Relaxed);
                 }
                 if bucket.is_empty() {
@@ -317,8 +324,8 @@ where
         let mut all = Vec::with_capacity(self.len());
         for shard in &self.inner.shards {
             let shard = shard.read().unwrap_or_else(|p| p.into_inner());
-            for (key, entry) in shard.values().flatten() {
-                all.push((key.clone(), entry.breaker.clone()));
+            for (key, breaker) in shard.values().flatten() {
+                all.push((key.clone(), breaker.clone()));
             }
         }
         all

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::hash::Hash;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
@@ -15,10 +16,13 @@ use tower_service::Service;
 
 use super::{Registry, RegistryFull};
 use crate::breaker::admission::Permit;
+use crate::breaker::clones::CloneCounts;
+use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures, Outcome, Verdict};
 use crate::error::{CircuitOpen, Name};
 use crate::future::{record, Record};
+use crate::local::{Lease, Owner};
 use crate::service::Settled;
 
 /// Wraps services in a [`KeyedCircuitBreaker`]: every request goes through
@@ -89,6 +93,7 @@ impl<S, K, F: Clone, C: Clone> Layer<S> for KeyedLayer<K, F, C> {
             registry: self.registry.clone(),
             key_of: self.key_of.clone(),
             classifier: self.classifier.clone(),
+            recent: Recent::new(),
         }
     }
 }
@@ -101,11 +106,25 @@ impl<S, K, F: Clone, C: Clone> Layer<S> for KeyedLayer<K, F, C> {
 /// reserved by `poll_ready`). A refused call never reaches the inner
 /// service. Its error type is the inner service's, which must hold a
 /// [`CircuitOpen`] and a [`RegistryFull`] (`BoxError` holds both).
+///
+/// Each clone remembers the breakers of up to [`RECENT_KEYS`] keys it
+/// calls again and again (and their parents), so that such a key skips the
+/// registry: no hash, no shard lock, no parent lookup, and no reference
+/// count or counter shared with other clones. A key is remembered when it
+/// comes back while the clone still has its last misses in mind (the last
+/// 16); a stream of ever new keys, or a clone made for a single request
+/// (`svc.clone().oneshot(req)`), remembers nothing and pays only the
+/// lookup. A breaker the registry evicts is forgotten at the clone's next
+/// call with its key; until then the clone keeps it alive, so a clone
+/// holds at most `2 × RECENT_KEYS` breakers beyond the registry's bound
+/// (about 200 bytes each on top of the breaker). Clone once per task or
+/// connection, as `Buffer` and balancers do, rather than once per request.
 pub struct KeyedCircuitBreaker<S, K, F, C = ErrorsAsFailures> {
     inner: S,
     registry: Registry<K>,
     key_of: F,
     classifier: C,
+    recent: Recent<K>,
 }
 
 impl<S: Clone, K, F: Clone, C: Clone> Clone for KeyedCircuitBreaker<S, K, F, C> {
@@ -115,6 +134,8 @@ impl<S: Clone, K, F: Clone, C: Clone> Clone for KeyedCircuitBreaker<S, K, F, C> 
             registry: self.registry.clone(),
             key_of: self.key_of.clone(),
             classifier: self.classifier.clone(),
+            // Each clone remembers its own keys.
+            recent: Recent::new(),
         }
     }
 }
@@ -128,21 +149,146 @@ impl<S: fmt::Debug, K, F, C> fmt::Debug for KeyedCircuitBreaker<S, K, F, C> {
     }
 }
 
+/// How many keys a [`KeyedCircuitBreaker`] clone remembers.
+pub const RECENT_KEYS: usize = 8;
+
+/// The keys a service clone calls again and again, with its handles on
+/// their breakers.
+struct Recent<K> {
+    slots: [Option<Remembered<K>>; RECENT_KEYS],
+    /// The slot the next key to remember takes (oldest first).
+    next: usize,
+    /// The hashes of the last keys not found here, oldest overwritten.
+    missed: [u64; MISSES],
+    next_miss: usize,
+}
+
+/// How many missed keys a clone keeps in mind.
+const MISSES: usize = 16;
+
+/// A remembered key: this clone's own handles on its breakers.
+struct Remembered<K> {
+    key: K,
+    child: Owner<()>,
+    parent: Option<Owner<()>>,
+}
+
+impl<K> Recent<K> {
+    fn new() -> Self {
+        Recent {
+            slots: std::array::from_fn(|_| None),
+            next: 0,
+            // A hash of zero only makes a key with that hash remembered on
+            // its first miss rather than its second.
+            missed: [0; MISSES],
+            next_miss: 0,
+        }
+    }
+}
+
+impl<K: Eq> Recent<K> {
+    /// The breakers remembered for `key`, unless the registry has evicted
+    /// one of them since (then forgotten).
+    #[inline]
+    fn find(&mut self, key: &K) -> Option<&mut Remembered<K>> {
+        let i = self
+            .slots
+            .iter()
+            .position(|slot| slot.as_ref().is_some_and(|r| &r.key == key))?;
+        let remembered = self.slots[i].as_ref()?;
+        let retired = remembered.child.shared.is_retired()
+            || remembered
+                .parent
+                .as_ref()
+                .is_some_and(|p| p.shared.is_retired());
+        if retired {
+            self.slots[i] = None;
+            return None;
+        }
+        self.slots[i].as_mut()
+    }
+
+    /// Whether a key with `hash`, just missed, has been missed lately:
+    /// then it comes back, and is worth remembering. If not, it is noted.
+    #[inline]
+    fn missed_again(&mut self, hash: u64) -> bool {
+        if self.missed.contains(&hash) {
+            return true;
+        }
+        self.missed[self.next_miss] = hash;
+        self.next_miss = (self.next_miss + 1) % MISSES;
+        false
+    }
+
+    /// Remembers `key`'s breakers in place of the oldest remembered.
+    fn remember(&mut self, key: &K, child: &Breaker, parent: Option<&Breaker>)
+    where
+        K: Clone,
+    {
+        let handle = |breaker: &Breaker| Owner::new(Arc::clone(&breaker.shared), ());
+        self.slots[self.next] = Some(Remembered {
+            key: key.clone(),
+            child: handle(child),
+            parent: parent.map(handle),
+        });
+        self.next = (self.next + 1) % RECENT_KEYS;
+    }
+}
+
+/// How a call holds a breaker it went through until its outcome is in.
+enum Hold {
+    /// Through a breaker this clone remembers: a lease on the clone's own
+    /// handle (no reference count shared with other clones).
+    Leased(Lease<()>),
+    /// Through a breaker just looked up: a reference.
+    Shared(Breaker),
+}
+
+impl Hold {
+    #[inline]
+    fn shared(&self) -> &Arc<Shared> {
+        match self {
+            Hold::Leased(lease) => &lease.shared,
+            Hold::Shared(breaker) => &breaker.shared,
+        }
+    }
+}
+
+/// Where a call's admission and refusal are counted: in a remembered
+/// breaker's per-clone counts (no shared write), or in the breaker's own.
+#[derive(Clone, Copy)]
+enum Counts<'a> {
+    Clone(&'a CloneCounts),
+    Breaker,
+}
+
+impl Counts<'_> {
+    #[inline]
+    fn count(self, shared: &Shared, admitted: bool) {
+        match (self, admitted) {
+            (Counts::Clone(counts), true) => counts.admitted(),
+            (Counts::Clone(counts), false) => counts.rejected(),
+            (Counts::Breaker, admitted) => shared.count_call(admitted),
+        }
+    }
+}
+
 /// One breaker a call went through, and how it was admitted there.
 struct Leg {
-    breaker: Breaker,
+    hold: Hold,
     generation: u32,
     permit: Option<Permit>,
     record: Record,
 }
 
 impl Leg {
-    /// Admits the call at `breaker`, or says why not (counting the
-    /// refusal). The admission is counted by the caller once every breaker
-    /// the call goes through has admitted it: a call a child refuses was
-    /// not admitted by its parent either.
-    fn admit(breaker: Breaker) -> Result<Leg, CircuitOpen> {
-        let shared = &breaker.shared;
+    /// Admits the call at the breaker `hold` holds, or says why not
+    /// (counting the refusal). The admission is counted by the caller once
+    /// every breaker the call goes through has admitted it: a call a child
+    /// refuses was not admitted by its parent either.
+    #[inline(always)]
+    fn admit(hold: Hold, counts: Counts<'_>) -> Result<Leg, CircuitOpen> {
+        let shared = hold.shared();
         match Settled::of(shared.admit(), shared) {
             Settled::Admitted {
                 generation,
@@ -152,10 +298,10 @@ impl Leg {
             } => {
                 if shadowed {
                     // A real breaker would have refused this call.
-                    shared.count_call(false);
+                    counts.count(shared, false);
                 }
                 Ok(Leg {
-                    breaker,
+                    hold,
                     generation,
                     permit,
                     record,
@@ -165,7 +311,7 @@ impl Leg {
                 retry_after_ms,
                 state,
             } => {
-                shared.count_call(false);
+                counts.count(shared, false);
                 Err(CircuitOpen::new(
                     Name::new(shared.name()),
                     retry_after_ms,
@@ -175,6 +321,7 @@ impl Leg {
         }
     }
 
+    #[inline(always)]
     fn record(&mut self, verdict: Verdict, start: Option<Instant>) {
         if self.record == Record::Nothing {
             return;
@@ -182,7 +329,7 @@ impl Leg {
         let count_only = self.record == Record::CountOnly;
         self.record = Record::Nothing;
         record(
-            &self.breaker.shared,
+            self.hold.shared(),
             self.generation,
             &mut self.permit,
             verdict,
@@ -190,6 +337,28 @@ impl Leg {
             count_only,
         );
     }
+}
+
+/// Admits a call at its key's breaker and its parent's: the parent first,
+/// so that when it is open the child is not asked (and takes no probe
+/// permit it would only give back). Dropping the parent's leg on the
+/// child's refusal gives back any permit it took.
+#[inline(always)]
+fn admit_both(
+    child: (Hold, Counts<'_>),
+    parent: Option<(Hold, Counts<'_>)>,
+) -> Result<[Option<Leg>; 2], CircuitOpen> {
+    let parent = match parent {
+        Some((hold, counts)) => Some((Leg::admit(hold, counts)?, counts)),
+        None => None,
+    };
+    let (hold, counts) = child;
+    let child = Leg::admit(hold, counts)?;
+    counts.count(child.hold.shared(), true);
+    if let Some((leg, counts)) = &parent {
+        counts.count(leg.hold.shared(), true);
+    }
+    Ok([Some(child), parent.map(|(leg, _)| leg)])
 }
 
 impl<S, K, F, C, Req> Service<Req> for KeyedCircuitBreaker<S, K, F, C>
@@ -210,37 +379,59 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let key = (self.key_of)(&req);
-        let (child, parent) = match self.registry.get_with_parent(&key) {
-            Ok(breakers) => breakers,
-            Err(full) => return KeyedFuture::failed(full.into()),
+        let legs = match self.admit(&key) {
+            Ok(legs) => legs,
+            Err(failed) => return KeyedFuture::failed(failed),
         };
-        // The parent first: when it is open, the child is not asked (and
-        // takes no probe permit it would only give back).
-        let parent = match parent.map(Leg::admit).transpose() {
-            Ok(leg) => leg,
-            Err(open) => return KeyedFuture::failed(open.into()),
-        };
-        let child = match Leg::admit(child) {
-            Ok(leg) => leg,
-            // Dropping the parent's leg gives back any permit it took.
-            Err(open) => return KeyedFuture::failed(open.into()),
-        };
-        for leg in std::iter::once(&child).chain(parent.as_ref()) {
-            leg.breaker.shared.count_call(true);
-        }
-        let needs_latency = child.breaker.shared.needs_latency()
-            || parent
-                .as_ref()
-                .is_some_and(|p| p.breaker.shared.needs_latency());
+        let needs_latency = legs
+            .iter()
+            .flatten()
+            .any(|leg| leg.hold.shared().needs_latency());
         let start = needs_latency.then(Instant::now);
         KeyedFuture {
             state: KeyedState::Called {
                 future: self.inner.call(req),
-                legs: [Some(child), parent],
+                legs,
                 classifier: self.classifier.clone(),
                 start,
             },
         }
+    }
+}
+
+impl<S, K, F, C> KeyedCircuitBreaker<S, K, F, C>
+where
+    K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,
+{
+    /// Admits a call with `key` at its breakers: remembered ones, or ones
+    /// looked up in the registry (then remembered).
+    #[inline]
+    fn admit(&mut self, key: &K) -> Result<[Option<Leg>; 2], FailedOutput> {
+        if let Some(remembered) = self.recent.find(key) {
+            // A use, for the registry's eviction order.
+            let now = self.registry.now();
+            remembered.child.shared.mark_used(now);
+            let parent = remembered.parent.as_mut().map(|owner| {
+                owner.shared.mark_used(now);
+                let lease = owner.lease();
+                (Hold::Leased(lease), Counts::Clone(&owner.counts))
+            });
+            let child = &mut remembered.child;
+            let lease = child.lease();
+            return Ok(admit_both(
+                (Hold::Leased(lease), Counts::Clone(&child.counts)),
+                parent,
+            )?);
+        }
+        let hash = self.registry.hash(key);
+        let (child, parent) = self.registry.get_with_parent_hashed(key, hash)?;
+        if self.recent.missed_again(hash) {
+            self.recent.remember(key, &child, parent.as_ref());
+        }
+        Ok(admit_both(
+            (Hold::Shared(child), Counts::Breaker),
+            parent.map(|parent| (Hold::Shared(parent), Counts::Breaker)),
+        )?)
     }
 }
 
@@ -342,5 +533,55 @@ where
                 Poll::Ready(output)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::{ready, Ready};
+
+    use tower::util::ServiceFn;
+    use tower::{service_fn, BoxError, ServiceExt};
+
+    use super::*;
+    use crate::Config;
+
+    type Echo = ServiceFn<fn(u64) -> Ready<Result<u64, BoxError>>>;
+    type Keyed = KeyedCircuitBreaker<Echo, u64, fn(&u64) -> u64>;
+
+    fn keyed() -> Keyed {
+        let echo: fn(u64) -> Ready<Result<u64, BoxError>> = |n| ready(Ok(n));
+        let key_of: fn(&u64) -> u64 = |n| *n;
+        KeyedLayer::new(Registry::new(Config::default()), key_of).layer(service_fn(echo))
+    }
+
+    fn remembered(svc: &Keyed) -> Vec<u64> {
+        let mut keys: Vec<u64> = svc.recent.slots.iter().flatten().map(|r| r.key).collect();
+        keys.sort_unstable();
+        keys
+    }
+
+    #[tokio::test]
+    async fn keys_that_come_back_are_remembered_and_ever_new_ones_are_not() {
+        let mut svc = keyed();
+        for key in 0..1_000 {
+            svc.ready().await.unwrap().call(key).await.unwrap();
+        }
+        assert_eq!(remembered(&svc), Vec::<u64>::new());
+
+        for key in [7, 8, 9, 7, 8, 9, 7] {
+            svc.ready().await.unwrap().call(key).await.unwrap();
+        }
+        assert_eq!(remembered(&svc), vec![7, 8, 9]);
+        assert_eq!(remembered(&svc.clone()), Vec::<u64>::new(), "per clone");
+
+        // More keys coming back than there are slots: the oldest go.
+        for _ in 0..2 {
+            for key in 100..100 + RECENT_KEYS as u64 + 2 {
+                svc.ready().await.unwrap().call(key).await.unwrap();
+            }
+        }
+        assert_eq!(remembered(&svc).len(), RECENT_KEYS);
+        assert!(!remembered(&svc).contains(&7));
     }
 }
