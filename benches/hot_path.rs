@@ -10,6 +10,13 @@
 //! * `bare`: the inner service alone, the baseline.
 //! * `closed/*`: the breaker, closed, in front of it, one per trip policy,
 //!   and `closed/gate` in gate readiness mode; every call succeeds.
+//! * `keyed/10k_keys`: a keyed service over a registry holding 10,000
+//!   breakers, every call with the next key in turn, so that no key comes
+//!   back while the service remembers it: the registry's lookup on every
+//!   call, and the cache misses of 10,000 breakers.
+//!   `keyed/10k_keys/4_hot`: the same registry, calls cycling over four
+//!   keys, which the service remembers (a connection calling a handful of
+//!   providers); compare with `closed/consecutive`.
 //! * `rejected`: the breaker, open, refusing every call with `CircuitOpen`.
 //! * `peer/*`: the other Rust breaker crates in front of the same inner
 //!   service, closed and forced open, so that they are measured in the same
