@@ -85,6 +85,12 @@ impl<C> Owner<C> {
         self.slot
     }
 
+    /// How many leases this owner has issued.
+    #[cfg(test)]
+    pub(crate) fn issued(&self) -> u64 {
+        self.issued
+    }
+
     /// A reference for a response future. No atomic operation: only this
     /// owner issues leases, through `&mut self`.
     #[inline]

@@ -637,14 +637,14 @@ impl Shared {
         let _ = self.forward.set(registry);
     }
 
-    /// Whether a success would change the trip policy's state (a closed
-    /// breaker with nothing to forget is the cheapest to evict).
-    /// Marks a use at registry insertion count `now`.
+    /// Marks a use at registry insertion count `now`, unless one was marked
+    /// less than `every` insertions ago: repeated use of a hot key writes
+    /// nothing, and keys arriving all the time make it write at most once
+    /// in `every` of them.
     #[inline]
-    pub(crate) fn mark_used(&self, now: u64) {
+    pub(crate) fn mark_used(&self, now: u64, every: u64) {
         let used_at = &self.counters.0.used_at;
-        // Repeated use of a hot key writes nothing.
-        if used_at.load(Ordering::Relaxed) != now {
+        if now.wrapping_sub(used_at.load(Ordering::Relaxed)) >= every {
             used_at.store(now, Ordering::Relaxed);
         }
     }
@@ -665,6 +665,8 @@ impl Shared {
         self.hot.0.retired.load(Ordering::Acquire)
     }
 
+    /// Whether a success would change the trip policy's state (a closed
+    /// breaker with nothing to forget is the cheapest to evict).
     pub(crate) fn holds_failures(&self) -> bool {
         self.hot.0.success_matters.load(Ordering::Relaxed)
     }

@@ -12,12 +12,13 @@
 //! Keys can come from request data an attacker controls, so the number of
 //! breakers is bounded ([`RegistryBuilder::max_keys`], default 10,000). When
 //! a new key finds the registry full, idle closed breakers are evicted, those
-//! with nothing to forget first, then the least recently used, in a batch of
-//! a sixteenth of the bound, so that the cost of a scan is shared by many
-//! insertions. An open, half-open or manually held breaker is never evicted;
-//! if nothing can be, the request gets [`RegistryFull`] rather than the
-//! registry growing. A breaker costs about 1 KiB (more with large windows),
-//! so the default bound holds about 10 MiB.
+//! with nothing to forget first, then the least recently used (to within a
+//! sixty-fourth of the bound, so that hot keys rarely write their use), in a
+//! batch of a sixteenth of the bound, so that the cost of a scan is shared by
+//! many insertions. An open, half-open or manually held breaker is never
+//! evicted; if nothing can be, the request gets [`RegistryFull`] rather than
+//! the registry growing. A breaker costs about 1 KiB (more with large
+//! windows), so the default bound holds about 10 MiB.
 //!
 //! Keys are hashed with a randomly keyed SipHash, as `std`'s `HashMap` does,
 //! so an attacker cannot aim keys at one bucket.
@@ -25,9 +26,10 @@
 //! Each clone of a [`KeyedCircuitBreaker`] also remembers the breakers of up
 //! to [`RECENT_KEYS`] keys it calls again and again, and calls them without
 //! asking the registry; it forgets a breaker the registry has evicted at its
-//! next call with that key. A clone thus keeps at most `2 × RECENT_KEYS`
-//! evicted breakers alive, about 200 bytes of handles each on top of the
-//! breaker.
+//! next call with that key. A clone that remembers anything holds about
+//! 400 bytes of handles per remembered breaker (up to `2 × RECENT_KEYS`
+//! with parents) plus a copy of each key, and may keep that many evicted
+//! breakers alive beyond the bound until it calls their keys again.
 //!
 //! # Parents
 //!
@@ -67,7 +69,7 @@ use tokio::sync::broadcast;
 pub use extract::{authority, header};
 pub use service::{KeyedCircuitBreaker, KeyedFuture, KeyedLayer, RECENT_KEYS};
 
-use crate::breaker::shared::EVENT_CAPACITY;
+use crate::breaker::shared::{Shared, EVENT_CAPACITY};
 use crate::breaker::{Breaker, BreakerGroup, Snapshot};
 use crate::config::Config;
 use crate::events::Transition;
@@ -188,7 +190,7 @@ where
         let shard = self.shard(hash).read().unwrap_or_else(|p| p.into_inner());
         let (_, breaker) = shard.get(&hash)?.iter().find(|(k, _)| k == key)?;
         if let Some(now) = now {
-            breaker.shared.mark_used(now);
+            self.mark_used(breaker, now);
         }
         // Cloned under the lock: one reference count, no entry to keep.
         Some(breaker.clone())
@@ -198,6 +200,20 @@ where
     #[inline]
     fn now(&self) -> u64 {
         self.inner.insertions.load(Ordering::Relaxed)
+    }
+
+    /// Marks a use of `breaker` at insertion count `now`. To a sixty-fourth
+    /// of the bound: eviction takes a sixteenth at a time, and the marks of
+    /// hot keys then cost one write per that many insertions.
+    #[inline]
+    fn mark_used(&self, breaker: &Breaker, now: u64) {
+        self.mark_used_shared(&breaker.shared, now);
+    }
+
+    #[inline]
+    fn mark_used_shared(&self, shared: &Shared, now: u64) {
+        let every = (self.inner.max_keys as u64 / 64).max(1);
+        shared.mark_used(now, every);
     }
 
     /// The breaker for `key`, made on first use. Its name is the key.
@@ -256,7 +272,7 @@ where
             store.attach(&breaker);
         }
         let tick = self.inner.insertions.fetch_add(1, Ordering::Relaxed) + 1;
-        breaker.shared.mark_used(tick);
+        breaker.shared.mark_used(tick, 1);
         bucket.push((key.clone(), breaker.clone()));
         self.inner.keys.fetch_add(1, Ordering::Relaxed);
         Ok(breaker)

@@ -113,12 +113,15 @@ impl<S, K, F: Clone, C: Clone> Layer<S> for KeyedLayer<K, F, C> {
 /// count or counter shared with other clones. A key is remembered when it
 /// comes back while the clone still has its last misses in mind (the last
 /// 16); a stream of ever new keys, or a clone made for a single request
-/// (`svc.clone().oneshot(req)`), remembers nothing and pays only the
-/// lookup. A breaker the registry evicts is forgotten at the clone's next
-/// call with its key; until then the clone keeps it alive, so a clone
-/// holds at most `2 × RECENT_KEYS` breakers beyond the registry's bound
-/// (about 200 bytes each on top of the breaker). Clone once per task or
-/// connection, as `Buffer` and balancers do, rather than once per request.
+/// (`svc.clone().oneshot(req)`), remembers nothing and allocates nothing
+/// for it. When more keys come back than there are slots, a remembered key
+/// called since the last replacement keeps its slot (a second chance), so
+/// the slots stay with keys in use instead of changing hands on every call.
+/// A breaker the registry evicts is forgotten at the clone's next call with
+/// its key; until then the clone keeps it alive. A clone that remembers
+/// holds about 400 bytes of handles per breaker (at most `2 × RECENT_KEYS`)
+/// plus a copy of each key. Clone once per task or connection, as `Buffer`
+/// and balancers do, rather than once per request.
 pub struct KeyedCircuitBreaker<S, K, F, C = ErrorsAsFailures> {
     inner: S,
     registry: Registry<K>,
@@ -155,9 +158,11 @@ pub const RECENT_KEYS: usize = 8;
 /// The keys a service clone calls again and again, with its handles on
 /// their breakers.
 struct Recent<K> {
-    slots: [Option<Remembered<K>>; RECENT_KEYS],
-    /// The slot the next key to remember takes (oldest first).
-    next: usize,
+    /// Made when the first key is remembered: a clone that never sees a
+    /// key twice allocates nothing.
+    slots: Option<Box<[Slot<K>; RECENT_KEYS]>>,
+    /// The slot replacement looks at next.
+    hand: usize,
     /// The hashes of the last keys not found here, oldest overwritten.
     missed: [u64; MISSES],
     next_miss: usize,
@@ -165,6 +170,13 @@ struct Recent<K> {
 
 /// How many missed keys a clone keeps in mind.
 const MISSES: usize = 16;
+
+/// A slot: a remembered key, and whether it was called since replacement
+/// last passed by (a second chance).
+struct Slot<K> {
+    remembered: Option<Remembered<K>>,
+    called: bool,
+}
 
 /// A remembered key: this clone's own handles on its breakers.
 struct Remembered<K> {
@@ -176,8 +188,8 @@ struct Remembered<K> {
 impl<K> Recent<K> {
     fn new() -> Self {
         Recent {
-            slots: std::array::from_fn(|_| None),
-            next: 0,
+            slots: None,
+            hand: 0,
             // A hash of zero only makes a key with that hash remembered on
             // its first miss rather than its second.
             missed: [0; MISSES],
@@ -191,28 +203,32 @@ impl<K: Eq> Recent<K> {
     /// one of them since (then forgotten).
     #[inline]
     fn find(&mut self, key: &K) -> Option<&mut Remembered<K>> {
-        let i = self
-            .slots
-            .iter()
-            .position(|slot| slot.as_ref().is_some_and(|r| &r.key == key))?;
-        let remembered = self.slots[i].as_ref()?;
+        let slots = self.slots.as_deref_mut()?;
+        let slot = slots
+            .iter_mut()
+            .find(|slot| slot.remembered.as_ref().is_some_and(|r| &r.key == key))?;
+        let remembered = slot.remembered.as_ref()?;
         let retired = remembered.child.shared.is_retired()
             || remembered
                 .parent
                 .as_ref()
                 .is_some_and(|p| p.shared.is_retired());
         if retired {
-            self.slots[i] = None;
+            slot.remembered = None;
             return None;
         }
-        self.slots[i].as_mut()
+        slot.called = true;
+        slot.remembered.as_mut()
     }
 
     /// Whether a key with `hash`, just missed, has been missed lately:
     /// then it comes back, and is worth remembering. If not, it is noted.
     #[inline]
     fn missed_again(&mut self, hash: u64) -> bool {
-        if self.missed.contains(&hash) {
+        if let Some(seen) = self.missed.iter_mut().find(|seen| **seen == hash) {
+            // Noted once: if it cannot be remembered now, it must miss
+            // twice again to be considered.
+            *seen = 0;
             return true;
         }
         self.missed[self.next_miss] = hash;
@@ -220,18 +236,42 @@ impl<K: Eq> Recent<K> {
         false
     }
 
-    /// Remembers `key`'s breakers in place of the oldest remembered.
+    /// Remembers `key`'s breakers in an empty slot, or in the slot under
+    /// the hand if it was not called since the hand last passed. A slot
+    /// called since gets a second chance: the hand clears its mark and moves
+    /// on, and `key` is not remembered this time. More keys in turn than
+    /// slots thus keep as many remembered as there are slots, rather than
+    /// replacing one with another on every call.
     fn remember(&mut self, key: &K, child: &Breaker, parent: Option<&Breaker>)
     where
         K: Clone,
     {
-        let handle = |breaker: &Breaker| Owner::new(Arc::clone(&breaker.shared), ());
-        self.slots[self.next] = Some(Remembered {
-            key: key.clone(),
-            child: handle(child),
-            parent: parent.map(handle),
+        let slots = self.slots.get_or_insert_with(|| {
+            Box::new(std::array::from_fn(|_| Slot {
+                remembered: None,
+                called: false,
+            }))
         });
-        self.next = (self.next + 1) % RECENT_KEYS;
+        let at = match slots.iter().position(|slot| slot.remembered.is_none()) {
+            Some(empty) => empty,
+            None => {
+                let at = self.hand;
+                self.hand = (self.hand + 1) % RECENT_KEYS;
+                if std::mem::take(&mut slots[at].called) {
+                    return;
+                }
+                at
+            }
+        };
+        let handle = |breaker: &Breaker| Owner::new(Arc::clone(&breaker.shared), ());
+        slots[at] = Slot {
+            remembered: Some(Remembered {
+                key: key.clone(),
+                child: handle(child),
+                parent: parent.map(handle),
+            }),
+            called: false,
+        };
     }
 }
 
@@ -410,9 +450,10 @@ where
         if let Some(remembered) = self.recent.find(key) {
             // A use, for the registry's eviction order.
             let now = self.registry.now();
-            remembered.child.shared.mark_used(now);
+            let registry = &self.registry;
+            registry.mark_used_shared(&remembered.child.shared, now);
             let parent = remembered.parent.as_mut().map(|owner| {
-                owner.shared.mark_used(now);
+                registry.mark_used_shared(&owner.shared, now);
                 let lease = owner.lease();
                 (Hold::Leased(lease), Counts::Clone(&owner.counts))
             });
@@ -556,32 +597,90 @@ mod tests {
     }
 
     fn remembered(svc: &Keyed) -> Vec<u64> {
-        let mut keys: Vec<u64> = svc.recent.slots.iter().flatten().map(|r| r.key).collect();
+        let mut keys: Vec<u64> = svc
+            .recent
+            .slots
+            .iter()
+            .flat_map(|slots| slots.iter())
+            .filter_map(|slot| slot.remembered.as_ref().map(|r| r.key))
+            .collect();
         keys.sort_unstable();
         keys
+    }
+
+    async fn call(svc: &mut Keyed, key: u64) {
+        svc.ready().await.unwrap().call(key).await.unwrap();
     }
 
     #[tokio::test]
     async fn keys_that_come_back_are_remembered_and_ever_new_ones_are_not() {
         let mut svc = keyed();
         for key in 0..1_000 {
-            svc.ready().await.unwrap().call(key).await.unwrap();
+            call(&mut svc, key).await;
         }
         assert_eq!(remembered(&svc), Vec::<u64>::new());
+        assert!(svc.recent.slots.is_none(), "nothing allocated");
 
         for key in [7, 8, 9, 7, 8, 9, 7] {
-            svc.ready().await.unwrap().call(key).await.unwrap();
+            call(&mut svc, key).await;
         }
         assert_eq!(remembered(&svc), vec![7, 8, 9]);
         assert_eq!(remembered(&svc.clone()), Vec::<u64>::new(), "per clone");
+    }
 
-        // More keys coming back than there are slots: the oldest go.
-        for _ in 0..2 {
-            for key in 100..100 + RECENT_KEYS as u64 + 2 {
-                svc.ready().await.unwrap().call(key).await.unwrap();
+    /// Each remembered key with the calls made through its handle.
+    fn handles(svc: &Keyed) -> Vec<(u64, u64)> {
+        let mut handles: Vec<(u64, u64)> = svc
+            .recent
+            .slots
+            .iter()
+            .flat_map(|slots| slots.iter())
+            .filter_map(|slot| slot.remembered.as_ref())
+            .map(|r| (r.key, r.child.issued()))
+            .collect();
+        handles.sort_unstable();
+        handles
+    }
+
+    #[tokio::test]
+    async fn more_keys_in_turn_than_slots_keep_the_slots_full_without_churn() {
+        for keys in [RECENT_KEYS as u64 + 1, 10, 12, 16] {
+            let mut svc = keyed();
+            for _ in 0..3 {
+                for key in 0..keys {
+                    call(&mut svc, key).await;
+                }
+            }
+            let settled = handles(&svc);
+            assert_eq!(settled.len(), RECENT_KEYS, "{keys} keys");
+            for _ in 0..20 {
+                for key in 0..keys {
+                    call(&mut svc, key).await;
+                }
+            }
+            // Every handle kept, and every call with its key made through it.
+            let later: Vec<(u64, u64)> = settled.iter().map(|&(k, n)| (k, n + 20)).collect();
+            assert_eq!(handles(&svc), later, "{keys} keys: none replaced");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_new_working_set_takes_the_place_of_one_no_longer_called() {
+        let mut svc = keyed();
+        for _ in 0..3 {
+            for key in 0..RECENT_KEYS as u64 {
+                call(&mut svc, key).await;
             }
         }
         assert_eq!(remembered(&svc).len(), RECENT_KEYS);
-        assert!(!remembered(&svc).contains(&7));
+        for _ in 0..4 {
+            for key in 100..100 + RECENT_KEYS as u64 {
+                call(&mut svc, key).await;
+            }
+        }
+        assert_eq!(
+            remembered(&svc),
+            (100..100 + RECENT_KEYS as u64).collect::<Vec<_>>()
+        );
     }
 }
