@@ -103,6 +103,9 @@ struct Inner<K> {
     configs: RwLock<Configs<K>>,
     parent_of: Option<ParentOf<K>>,
     max_keys: usize,
+    /// A use is marked when this many insertions have passed since the
+    /// last mark: a sixty-fourth of the bound.
+    mark_every: u64,
     keys: AtomicU64,
     /// Counts insertions: the clock of eviction order (each breaker notes
     /// the count at its last use).
@@ -212,8 +215,7 @@ where
 
     #[inline]
     fn mark_used_shared(&self, shared: &Shared, now: u64) {
-        let every = (self.inner.max_keys as u64 / 64).max(1);
-        shared.mark_used(now, every);
+        shared.mark_used(now, self.inner.mark_every);
     }
 
     /// The breaker for `key`, made on first use. Its name is the key.
@@ -477,6 +479,7 @@ where
                 }),
                 parent_of: self.parent_of,
                 max_keys: self.max_keys,
+                mark_every: (self.max_keys as u64 / 64).max(1),
                 keys: AtomicU64::new(0),
                 insertions: AtomicU64::new(0),
                 evicting: Mutex::new(()),
