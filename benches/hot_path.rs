@@ -362,18 +362,28 @@ where
     Scenario::new(name, svc, Some((breaker, State::Closed)))
 }
 
-/// Keyed breakers: a registry holding `KEYS` keys, call `i` going through
+/// Keyed breakers: a registry holding 10,000 keys, call `i` going through
 /// the breaker of key `i % working_set`. With every key in turn
-/// (`working_set == KEYS`) no key comes back while the service still
+/// (`working_set` 10,000) no key comes back while the service still
 /// remembers it: each call pays the registry's lookup (its hash, its shard
 /// lock) and the cache misses of 10,000 breakers. With a few keys in turn
 /// the service finds them among those it remembers, as a connection that
 /// calls a handful of providers does.
-fn keyed<S, E>(name: &'static str, inner: S, working_set: u64) -> Scenario
+fn keyed<S, E>(name: &'static str, registry: &Registry<u64>, inner: S, working_set: u64) -> Scenario
 where
     S: Service<u64, Response = u64, Error = E> + 'static,
     E: From<CircuitOpen> + From<RegistryFull> + fmt::Debug,
 {
+    assert!(working_set as usize <= registry.len());
+    let mut svc =
+        KeyedLayer::new(registry.clone(), move |req: &u64| req % working_set).layer(inner);
+    expect_served(name, &mut svc);
+    Scenario::new(name, svc, None)
+}
+
+/// The registry both keyed scenarios share: 10,000 keys, each with its
+/// breaker made.
+fn ten_thousand_keys() -> Registry<u64> {
     const KEYS: u64 = 10_000;
     let registry = Registry::<u64>::builder()
         .default_config(Config::default())
@@ -382,10 +392,7 @@ where
     for key in 0..KEYS {
         registry.get(&key).expect("room for every key");
     }
-    assert!(working_set <= KEYS);
-    let mut svc = KeyedLayer::new(registry, move |req: &u64| req % working_set).layer(inner);
-    expect_served(name, &mut svc);
-    Scenario::new(name, svc, None)
+    registry
 }
 
 /// A breaker, open for an hour, in front of `inner`, checked to refuse a
@@ -725,13 +732,14 @@ fn scenarios() -> Vec<Scenario> {
     expect_served("bare", &mut bare);
     let mut bare_boxed = inner_boxed();
     expect_served("boxed/bare", &mut bare_boxed);
+    let keys = ten_thousand_keys();
 
     vec![
         Scenario::new("bare", bare, None),
         closed("closed/consecutive", Config::default(), inner()),
         closed_gate("closed/gate", Config::default(), inner()),
-        keyed("keyed/10k_keys", inner(), 10_000),
-        keyed("keyed/10k_keys/4_hot", inner(), 4),
+        keyed("keyed/10k_keys", &keys, inner(), 10_000),
+        keyed("keyed/10k_keys/4_hot", &keys, inner(), 4),
         closed(
             "closed/count_window",
             config("closed/count_window", CountWindow::new(5, 20)),
