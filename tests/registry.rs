@@ -379,16 +379,31 @@ async fn an_open_parent_refuses_a_remembered_child_and_names_itself() {
     assert_eq!(child.counts.rejected, 0, "the child was not asked");
 }
 
+/// A keyed service over `registry` that has called `key` often enough to
+/// remember it (missed twice, then found).
+async fn remembering(
+    registry: &Registry<String>,
+    key: &str,
+) -> impl tower::Service<(String, bool), Response = (), Error = BoxError> + Clone {
+    let mut svc = keyed(registry, Arc::new(AtomicUsize::new(0)));
+    for _ in 0..3 {
+        send(&mut svc, key, false).await.unwrap();
+    }
+    svc
+}
+
+/// Makes the breakers of `k01` to `k{last}`, in order.
+fn make_keys(registry: &Registry<String>, last: usize) {
+    for i in 1..=last {
+        registry.get(&format!("k{i:02}")).unwrap();
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_key_evicted_while_remembered_is_looked_up_again() {
     let registry = bounded(16);
-    let mut svc = keyed(&registry, Arc::new(AtomicUsize::new(0)));
-    for _ in 0..3 {
-        send(&mut svc, "k00", false).await.unwrap();
-    }
-    for i in 1..16 {
-        registry.get(&format!("k{i:02}")).unwrap();
-    }
+    let mut svc = remembering(&registry, "k00").await;
+    make_keys(&registry, 15);
     // Full: the least recently used, `k00`, makes room.
     registry.get(&"new".into()).unwrap();
     assert!(!keys(&registry).contains(&"k00".to_string()));
@@ -406,13 +421,8 @@ async fn a_key_evicted_while_remembered_is_looked_up_again() {
 async fn a_key_used_through_a_clones_memory_stays_recently_used() {
     // 32 keys; a full registry evicts two at a time.
     let registry = bounded(32);
-    let mut svc = keyed(&registry, Arc::new(AtomicUsize::new(0)));
-    for _ in 0..3 {
-        send(&mut svc, "hot", false).await.unwrap();
-    }
-    for i in 1..31 {
-        registry.get(&format!("k{i:02}")).unwrap();
-    }
+    let mut svc = remembering(&registry, "hot").await;
+    make_keys(&registry, 30);
     // Only the clone's memory sees this use; the registry is not asked.
     send(&mut svc, "hot", false).await.unwrap();
     registry.get(&"k31".into()).unwrap();
