@@ -43,6 +43,9 @@
 //!   has each thread make its own, so that memory two clones might share
 //!   by being allocated side by side (false sharing) shows as a difference
 //!   between the two rows.
+//! * `threads/keyed/4_hot`: the same with a keyed service, each thread's
+//!   clone calling the same four keys of a registry of 10,000 breakers
+//!   (remembered by each clone: no lock and no count shared between them).
 //! * `half_open/*`: both threads hammer a half-open breaker whose one probe
 //!   permit is held by a probe in flight: every call is refused; nanoseconds
 //!   per refused call. Only breakers with a probe limit take part.
@@ -1048,6 +1051,17 @@ fn threaded_closed(runtime: &tokio::runtime::Handle) -> Vec<Threaded> {
             },
             runtime.clone(),
         ),
+        // Keyed: each thread's clone calls four keys of a registry of
+        // 10,000, which it remembers; the two threads share those four
+        // breakers.
+        Threaded::new(
+            "threads/keyed/4_hot",
+            KeyedLayer::new(ten_thousand_keys(), |req: &u64| req % 4).layer(inner()),
+            Expect::Served,
+            |_| {},
+            runtime.clone(),
+        )
+        .versus(OURS),
         // The same, each clone made by its own thread: set against the row
         // above, it tells whether clones made one after the other share a
         // cache line (false sharing) that clones made apart do not.
