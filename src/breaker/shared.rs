@@ -72,7 +72,8 @@ struct Counters {
     opened: AtomicU64,
     probes: AtomicU64,
     /// A registry's insertion count when this breaker was last used: a
-    /// cheap clock for eviction order, written only when it moved.
+    /// cheap clock for eviction order, written only when it has moved on
+    /// by the registry's marking interval.
     used_at: AtomicU64,
 }
 

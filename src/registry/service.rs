@@ -109,8 +109,9 @@ impl<S, K, F: Clone, C: Clone> Layer<S> for KeyedLayer<K, F, C> {
 ///
 /// Each clone remembers the breakers of up to [`RECENT_KEYS`] keys it
 /// calls again and again (and their parents), so that such a key skips the
-/// registry: no hash, no shard lock, no parent lookup, and no reference
-/// count or counter shared with other clones. A key is remembered when it
+/// registry: no hash, no shard lock, no parent lookup, no reference count
+/// shared with other clones, and no shared write but a mark of use once in
+/// a while (for the registry's eviction order). A key is remembered when it
 /// comes back while the clone still has its last misses in mind (the last
 /// 16); a stream of ever new keys, or a clone made for a single request
 /// (`svc.clone().oneshot(req)`), remembers nothing and allocates nothing
