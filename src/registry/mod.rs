@@ -57,7 +57,7 @@ mod extract;
 mod service;
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
+use std::collections::hash_map::{self, HashMap};
 use std::error::Error;
 use std::fmt;
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
@@ -95,7 +95,50 @@ impl<K> Clone for Registry<K> {
 
 /// Entries by the key's hash (already computed: the shard map hashes no
 /// further), a bucket holding the rare keys whose hashes collide.
-type Shard<K> = HashMap<u64, Vec<(K, Breaker)>, BuildHasherDefault<Prehashed>>;
+type Shard<K> = HashMap<u64, Bucket<K>, BuildHasherDefault<Prehashed>>;
+
+/// The keys with one hash: almost always one, held in the map itself, so
+/// that a lookup misses no allocation of its own in the cache.
+enum Bucket<K> {
+    One([(K, Breaker); 1]),
+    Many(Vec<(K, Breaker)>),
+}
+
+impl<K: Eq> Bucket<K> {
+    fn entries(&self) -> &[(K, Breaker)] {
+        match self {
+            Bucket::One(entry) => entry,
+            Bucket::Many(entries) => entries,
+        }
+    }
+
+    fn find(&self, key: &K) -> Option<&Breaker> {
+        let (_, breaker) = self.entries().iter().find(|(k, _)| k == key)?;
+        Some(breaker)
+    }
+
+    fn into_vec(self) -> Vec<(K, Breaker)> {
+        match self {
+            Bucket::One(entry) => Vec::from(entry),
+            Bucket::Many(entries) => entries,
+        }
+    }
+
+    /// Adds a key whose hash collides with those held (rare).
+    fn push(&mut self, entry: (K, Breaker)) {
+        let mut entries = std::mem::replace(self, Bucket::Many(Vec::new())).into_vec();
+        entries.push(entry);
+        *self = Bucket::Many(entries);
+    }
+
+    /// Removes the `i`th entry.
+    fn remove(&mut self, i: usize) -> (K, Breaker) {
+        let mut entries = std::mem::replace(self, Bucket::Many(Vec::new())).into_vec();
+        let entry = entries.swap_remove(i);
+        *self = Bucket::Many(entries);
+        entry
+    }
+}
 
 struct Inner<K> {
     shards: Vec<RwLock<Shard<K>>>,
@@ -191,7 +234,7 @@ where
     /// `key`'s breaker, if it exists; a use at insertion count `now`.
     fn find(&self, key: &K, hash: u64, now: Option<u64>) -> Option<Breaker> {
         let shard = self.shard(hash).read().unwrap_or_else(|p| p.into_inner());
-        let (_, breaker) = shard.get(&hash)?.iter().find(|(k, _)| k == key)?;
+        let breaker = shard.get(&hash)?.find(key)?;
         if let Some(now) = now {
             self.mark_used(breaker, now);
         }
@@ -262,9 +305,8 @@ where
             }
         }
         let mut shard = self.shard(hash).write().unwrap_or_else(|p| p.into_inner());
-        let bucket = shard.entry(hash).or_default();
         // Another caller may have made it meanwhile.
-        if let Some((_, breaker)) = bucket.iter().find(|(k, _)| k == key) {
+        if let Some(breaker) = shard.get(&hash).and_then(|bucket| bucket.find(key)) {
             return Ok(breaker.clone());
         }
         let breaker = Breaker::new(self.config_for(key));
@@ -275,7 +317,13 @@ where
         }
         let tick = self.inner.insertions.fetch_add(1, Ordering::Relaxed) + 1;
         breaker.shared.mark_used(tick, 1);
-        bucket.push((key.clone(), breaker.clone()));
+        let entry = (key.clone(), breaker.clone());
+        match shard.entry(hash) {
+            hash_map::Entry::Occupied(mut bucket) => bucket.get_mut().push(entry),
+            hash_map::Entry::Vacant(vacant) => {
+                vacant.insert(Bucket::One([entry]));
+            }
+        }
         self.inner.keys.fetch_add(1, Ordering::Relaxed);
         Ok(breaker)
     }
@@ -298,7 +346,7 @@ where
         for shard in &self.inner.shards {
             let shard = shard.read().unwrap_or_else(|p| p.into_inner());
             for (hash, bucket) in shard.iter() {
-                for (key, breaker) in bucket {
+                for (key, breaker) in bucket.entries() {
                     if breaker.shared.load().tag() == crate::breaker::state::Tag::Closed {
                         candidates.push((
                             breaker.shared.holds_failures(),
@@ -319,15 +367,15 @@ where
             let mut shard = self.shard(hash).write().unwrap_or_else(|p| p.into_inner());
             if let Some(bucket) = shard.get_mut(&hash) {
                 // Evict only if still closed: it may have tripped meanwhile.
-                if let Some(i) = bucket.iter().position(|(k, b)| {
+                if let Some(i) = bucket.entries().iter().position(|(k, b)| {
                     k == &key && b.shared.load().tag() == crate::breaker::state::Tag::Closed
                 }) {
-                    let (_, evicted) = bucket.swap_remove(i);
+                    let (_, evicted) = bucket.remove(i);
                     // Services that remember it look the key up again.
                     evicted.shared.retire();
                     self.inner.keys.fetch_sub(1, Ordering::Relaxed);
                 }
-                if bucket.is_empty() {
+                if bucket.entries().is_empty() {
                     shard.remove(&hash);
                 }
             }
@@ -349,7 +397,7 @@ where
         let mut all = Vec::with_capacity(self.len());
         for shard in &self.inner.shards {
             let shard = shard.read().unwrap_or_else(|p| p.into_inner());
-            for (key, breaker) in shard.values().flatten() {
+            for (key, breaker) in shard.values().flat_map(Bucket::entries) {
                 all.push((key.clone(), breaker.clone()));
             }
         }
@@ -518,5 +566,64 @@ impl Hasher for Prehashed {
 
     fn write_u64(&mut self, n: u64) {
         self.0 = n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys with one hash, as a collision of the keyed hash would give.
+    const SAME_HASH: u64 = 7;
+
+    fn breaker(registry: &Registry<String>, key: &str, hash: u64) -> Breaker {
+        registry.get_hashed(&key.to_string(), hash).unwrap()
+    }
+
+    fn names(registry: &Registry<String>) -> Vec<String> {
+        let mut names: Vec<String> = registry.breakers().into_iter().map(|(k, _)| k).collect();
+        names.sort();
+        names
+    }
+
+    /// `key`'s breaker, if held, without marking a use.
+    fn held(registry: &Registry<String>, key: &str, hash: u64) -> Option<Breaker> {
+        registry.find(&key.to_string(), hash, None)
+    }
+
+    #[test]
+    fn keys_whose_hashes_collide_keep_their_own_breakers() {
+        let registry = Registry::<String>::builder().max_keys(3).build();
+        let a = breaker(&registry, "a", SAME_HASH);
+        let b = breaker(&registry, "b", SAME_HASH);
+        assert!(!Arc::ptr_eq(&a.shared, &b.shared));
+        assert_eq!((a.name(), b.name()), ("a", "b"));
+        assert!(Arc::ptr_eq(
+            &held(&registry, "a", SAME_HASH).unwrap().shared,
+            &a.shared
+        ));
+        assert!(Arc::ptr_eq(
+            &held(&registry, "b", SAME_HASH).unwrap().shared,
+            &b.shared
+        ));
+        breaker(&registry, "c", 8);
+        breaker(&registry, "b", SAME_HASH); // used after `c` was made
+
+        // Full: the least recently used, `a`, goes; `b` keeps the bucket.
+        breaker(&registry, "d", 9);
+        assert_eq!(names(&registry), ["b", "c", "d"]);
+        assert!(a.shared.is_retired());
+        assert!(Arc::ptr_eq(
+            &held(&registry, "b", SAME_HASH).unwrap().shared,
+            &b.shared
+        ));
+
+        // Then `b` goes (`c` used since), and the bucket with it.
+        breaker(&registry, "c", 8);
+        breaker(&registry, "e", 10);
+        assert_eq!(names(&registry), ["c", "d", "e"]);
+        assert!(b.shared.is_retired());
+        let shard = registry.shard(SAME_HASH).read().unwrap();
+        assert!(shard.get(&SAME_HASH).is_none());
     }
 }
