@@ -58,6 +58,9 @@ struct Hot {
     /// breaker must look its key up again (read on every keyed call,
     /// written once).
     retired: AtomicBool,
+    /// The trip policy learns from latencies: every call reads the clock
+    /// (read on every call, beside the state word; written on reconfigure).
+    needs_latency: AtomicBool,
 }
 
 #[derive(Default)]
@@ -106,7 +109,6 @@ struct Tuning {
     probes: AtomicU32,
     max_open_ms: AtomicU64,
     probe_timeout: AtomicBool,
-    needs_latency: AtomicBool,
     needs_clock: AtomicBool,
 }
 
@@ -161,6 +163,7 @@ impl Shared {
                 probe_deadline_ms: AtomicU64::new(u64::MAX),
                 shadow: AtomicBool::new(false),
                 retired: AtomicBool::new(false),
+                needs_latency: AtomicBool::new(false),
             }),
             counters: Padded(Counters::default()),
             clones: Clones::default(),
@@ -203,7 +206,9 @@ impl Shared {
             .store(ceil_ms(config.max_open), Ordering::Relaxed);
         t.probe_timeout
             .store(config.probe_timeout.is_some(), Ordering::Relaxed);
-        t.needs_latency
+        self.hot
+            .0
+            .needs_latency
             .store(config.trip.needs_latency(), Ordering::Relaxed);
         t.needs_clock
             .store(config.trip.needs_clock(), Ordering::Relaxed);
@@ -249,7 +254,7 @@ impl Shared {
     /// Whether calls must be timed (a slow-call policy).
     #[inline]
     pub(crate) fn needs_latency(&self) -> bool {
-        self.tuning.needs_latency.load(Ordering::Relaxed)
+        self.hot.0.needs_latency.load(Ordering::Relaxed)
     }
 
     pub(crate) fn name(&self) -> &Arc<str> {
