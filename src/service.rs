@@ -11,6 +11,7 @@ use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use crate::breaker::admission::{Decision, Permit};
+use crate::breaker::clones::CloneCounts;
 use crate::breaker::shared::Shared;
 use crate::breaker::state::{Tag, Word};
 use crate::breaker::Breaker;
@@ -183,15 +184,34 @@ impl<S, C> CircuitBreaker<S, C> {
     }
 }
 
+/// Where a call's admission and refusal are counted: in a service clone's
+/// own counts (no shared write), or in the breaker's.
+#[derive(Clone, Copy)]
+pub(crate) enum Counts<'a> {
+    Clone(&'a CloneCounts),
+    Breaker,
+}
+
+impl Counts<'_> {
+    /// Counts a call to the breaker `shared`, admitted or refused.
+    #[inline]
+    pub(crate) fn count(self, shared: &Shared, admitted: bool) {
+        match (self, admitted) {
+            (Counts::Clone(counts), true) => counts.admitted(),
+            (Counts::Clone(counts), false) => counts.rejected(),
+            (Counts::Breaker, admitted) => shared.count_call(admitted),
+        }
+    }
+}
+
 /// A call's admission, settled at `call` from the breaker's decision.
 pub(crate) enum Settled {
     /// Call the inner service; its outcome counts in `generation` as
-    /// `record` says. `shadowed`: a real breaker would have refused it.
+    /// `record` says.
     Admitted {
         generation: u32,
         permit: Option<Permit>,
         record: Record,
-        shadowed: bool,
     },
     /// Refuse at once.
     Refused { retry_after_ms: u64, state: State },
@@ -200,31 +220,36 @@ pub(crate) enum Settled {
 impl Settled {
     /// Settles `decision`, made by `shared` for a call about to be made. A
     /// probe's permit is begun here (its deadline runs from the call); one
-    /// lost at once (the half-open round just ended) is a refusal.
+    /// lost at once (the half-open round just ended) is a refusal. A call
+    /// shadow mode lets through is counted in `counts` as the refusal a
+    /// real breaker would have made (its admission is counted by the
+    /// caller, as every admission is).
     #[inline]
-    pub(crate) fn of(decision: Decision, shared: &Arc<Shared>) -> Self {
-        let admitted = |generation, permit, record, shadowed| Settled::Admitted {
+    pub(crate) fn of(decision: Decision, shared: &Arc<Shared>, counts: Counts<'_>) -> Self {
+        let admitted = |generation, permit, record| Settled::Admitted {
             generation,
             permit,
             record,
-            shadowed,
         };
         match decision {
-            Decision::Closed(generation) => admitted(generation, None, Record::Policy, false),
+            Decision::Closed(generation) => admitted(generation, None, Record::Policy),
             Decision::Probe(permit) if permit.begin() => {
-                admitted(permit.generation(), Some(permit), Record::Policy, false)
+                admitted(permit.generation(), Some(permit), Record::Policy)
             }
             Decision::Probe(_) => Settled::Refused {
                 retry_after_ms: 0,
                 state: shared.state(),
             },
             Decision::Bypass { counted, shadowed } => {
+                if shadowed {
+                    counts.count(shared, false);
+                }
                 let record = if counted {
                     Record::CountOnly
                 } else {
                     Record::Nothing
                 };
-                admitted(shared.load().generation(), None, record, shadowed)
+                admitted(shared.load().generation(), None, record)
             }
             Decision::Reject {
                 retry_after_ms,
@@ -411,19 +436,16 @@ impl<S, C> CircuitBreaker<S, C> {
             // The breaker left closed since `poll_ready` (or there was
             // none), or the reservation lapsed: decide again, so a breaker
             // that opened in between refuses without calling.
-            _ => match Settled::of(self.local.shared.admit(), &self.local.shared) {
+            _ => match Settled::of(
+                self.local.shared.admit(),
+                &self.local.shared,
+                Counts::Clone(&self.local.counts),
+            ) {
                 Settled::Admitted {
                     generation,
                     permit,
                     record,
-                    shadowed,
-                } => {
-                    if shadowed {
-                        // A real breaker would have refused this call.
-                        self.local.counts.rejected();
-                    }
-                    self.call_admitted(req, generation, permit, record)
-                }
+                } => self.call_admitted(req, generation, permit, record),
                 Settled::Refused {
                     retry_after_ms,
                     state,

@@ -236,7 +236,7 @@ where
         let shard = self.shard(hash).read().unwrap_or_else(|p| p.into_inner());
         let breaker = shard.get(&hash)?.find(key)?;
         if let Some(now) = now {
-            self.mark_used(breaker, now);
+            self.mark_used(&breaker.shared, now);
         }
         // Cloned under the lock: one reference count, no entry to keep.
         Some(breaker.clone())
@@ -248,16 +248,11 @@ where
         self.inner.insertions.load(Ordering::Relaxed)
     }
 
-    /// Marks a use of `breaker` at insertion count `now`. To a sixty-fourth
+    /// Marks a use of a breaker at insertion count `now`. To a sixty-fourth
     /// of the bound: eviction takes a sixteenth at a time, and the marks of
     /// hot keys then cost one write per that many insertions.
     #[inline]
-    fn mark_used(&self, breaker: &Breaker, now: u64) {
-        self.mark_used_shared(&breaker.shared, now);
-    }
-
-    #[inline]
-    fn mark_used_shared(&self, shared: &Shared, now: u64) {
+    fn mark_used(&self, shared: &Shared, now: u64) {
         shared.mark_used(now, self.inner.mark_every);
     }
 

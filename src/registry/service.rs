@@ -16,14 +16,13 @@ use tower_service::Service;
 
 use super::{Registry, RegistryFull};
 use crate::breaker::admission::Permit;
-use crate::breaker::clones::CloneCounts;
 use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures, Outcome, Verdict};
 use crate::error::{CircuitOpen, Name};
 use crate::future::{record, Record};
 use crate::local::{Lease, Owner};
-use crate::service::Settled;
+use crate::service::{Counts, Settled};
 
 /// Wraps services in a [`KeyedCircuitBreaker`]: every request goes through
 /// the breaker its key names, made on first use in the [`Registry`].
@@ -295,25 +294,6 @@ impl Hold {
     }
 }
 
-/// Where a call's admission and refusal are counted: in a remembered
-/// breaker's per-clone counts (no shared write), or in the breaker's own.
-#[derive(Clone, Copy)]
-enum Counts<'a> {
-    Clone(&'a CloneCounts),
-    Breaker,
-}
-
-impl Counts<'_> {
-    #[inline]
-    fn count(self, shared: &Shared, admitted: bool) {
-        match (self, admitted) {
-            (Counts::Clone(counts), true) => counts.admitted(),
-            (Counts::Clone(counts), false) => counts.rejected(),
-            (Counts::Breaker, admitted) => shared.count_call(admitted),
-        }
-    }
-}
-
 /// One breaker a call went through, and how it was admitted there.
 struct Leg {
     hold: Hold,
@@ -330,24 +310,17 @@ impl Leg {
     #[inline(always)]
     fn admit(hold: Hold, counts: Counts<'_>) -> Result<Leg, CircuitOpen> {
         let shared = hold.shared();
-        match Settled::of(shared.admit(), shared) {
+        match Settled::of(shared.admit(), shared, counts) {
             Settled::Admitted {
                 generation,
                 permit,
                 record,
-                shadowed,
-            } => {
-                if shadowed {
-                    // A real breaker would have refused this call.
-                    counts.count(shared, false);
-                }
-                Ok(Leg {
-                    hold,
-                    generation,
-                    permit,
-                    record,
-                })
-            }
+            } => Ok(Leg {
+                hold,
+                generation,
+                permit,
+                record,
+            }),
             Settled::Refused {
                 retry_after_ms,
                 state,
@@ -452,9 +425,9 @@ where
             // A use, for the registry's eviction order.
             let now = self.registry.now();
             let registry = &self.registry;
-            registry.mark_used_shared(&remembered.child.shared, now);
+            registry.mark_used(&remembered.child.shared, now);
             let parent = remembered.parent.as_mut().map(|owner| {
-                registry.mark_used_shared(&owner.shared, now);
+                registry.mark_used(&owner.shared, now);
                 let lease = owner.lease();
                 (Hold::Leased(lease), Counts::Clone(&owner.counts))
             });
