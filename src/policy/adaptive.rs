@@ -2,6 +2,7 @@
 //! dependency's own baseline, learned as it runs. The test, its false-trip
 //! bound and a worked example are documented on [`Adaptive`].
 
+use super::time_window::validate_rate;
 use super::{PolicyFigures, PolicyState, Sample, TripPolicy, TripReason};
 use crate::error::ConfigError;
 
@@ -288,17 +289,10 @@ impl Adaptive {
     pub fn max_failures_to_trip(&self) -> Option<u32> {
         self.validate("adaptive").ok()?;
         let settings = Settings::new(self);
-        let tests = settings.tests(settings.max_baseline);
-        tests
-            .iter()
-            .filter_map(|test| {
-                // Added up exactly as `Cusum::record` adds them.
-                let mut statistic = 0.0;
-                (1..=u32::MAX).find(|_| {
-                    statistic += test.on_failure;
-                    statistic >= test.threshold
-                })
-            })
+        settings
+            .tests(settings.max_baseline)
+            .into_iter()
+            .filter_map(|mut test| (1..=u32::MAX).find(|_| test.record(true)))
             .min()
     }
 
@@ -317,12 +311,7 @@ impl Adaptive {
                 format!("must be at least {MIN_DEGRADATION} and below 1, got {d}"),
             ));
         }
-        if !(self.ceiling > 0.0 && self.ceiling <= 1.0) {
-            return Err(ConfigError::new(
-                format!("{path}.ceiling"),
-                format!("must be in (0, 1], got {}", self.ceiling),
-            ));
-        }
+        validate_rate(path, "ceiling", self.ceiling)?;
         if d >= self.ceiling {
             return Err(ConfigError::new(
                 format!("{path}.min_degradation"),
