@@ -20,9 +20,9 @@ use tokio::time::advance;
 use tower_circuit_breaker::policy::{
     Adaptive, ConsecutiveFailures, CountWindow, PolicyFigures, TripPolicy, TripReason,
 };
-use tower_circuit_breaker::{Breaker, Config, ConfigBuilder, State};
+use tower_circuit_breaker::{Breaker, Config, State};
 
-use common::{assert_rejected, builder, Call, Harness};
+use common::{assert_policy_rejected, assert_rejected, builder, Call, Harness};
 use rng::SplitMix64;
 
 /// A provider failing `rate` of its calls at random.
@@ -160,7 +160,7 @@ fn false_trips_on_a_steady_provider_stay_within_the_stated_rate() {
     let totals = std::sync::Mutex::new(Tally::default());
     run(24, strategy, |(seed, rate)| {
         paused_runtime().block_on(async {
-            let mut h = Harness::with_config(builder(policy.clone()).build().expect("valid"));
+            let mut h = Harness::new(policy.clone());
             let mut provider = Provider {
                 rng: SplitMix64(seed),
                 rate,
@@ -215,7 +215,7 @@ fn a_step_to_every_call_failing_trips_within_the_bound_whatever_the_warm_up() {
         // evidence all along, so neither bound grows at the hand-over.
         let bound = u64::from(bound.max(5));
         paused_runtime().block_on(async {
-            let mut h = Harness::with_config(builder(policy).build().expect("valid"));
+            let mut h = Harness::new(policy);
             let mut provider = Provider {
                 rng: SplitMix64(seed),
                 rate,
@@ -475,40 +475,33 @@ async fn the_fallback_judges_during_the_warm_up() {
 // Config errors
 // ---------------------------------------------------------------------------
 
-fn with(policy: Adaptive) -> ConfigBuilder {
-    Config::builder().trip(policy)
-}
-
 #[test]
 fn invalid_parameters_are_config_errors() {
     for rate in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-7, 100_001.0] {
-        assert_rejected(
-            with(Adaptive::new().false_trips_per_million(rate)),
+        assert_policy_rejected(
+            Adaptive::new().false_trips_per_million(rate),
             "trip.adaptive.false_trips_per_million",
         );
     }
     for rise in [0.0, -0.1, 1.0, f64::NAN, 0.00001, 0.5, 0.7] {
-        assert_rejected(
-            with(Adaptive::new().min_degradation(rise)),
+        assert_policy_rejected(
+            Adaptive::new().min_degradation(rise),
             "trip.adaptive.min_degradation",
         );
     }
     for ceiling in [0.0, 1.01, f64::NAN, -0.5] {
-        assert_rejected(
-            with(Adaptive::new().ceiling(ceiling)),
-            "trip.adaptive.ceiling",
-        );
+        assert_policy_rejected(Adaptive::new().ceiling(ceiling), "trip.adaptive.ceiling");
     }
-    assert_rejected(
-        with(Adaptive::new().ceiling(0.05)),
+    assert_policy_rejected(
+        Adaptive::new().ceiling(0.05),
         "trip.adaptive.min_degradation",
     );
-    assert_rejected(
-        with(Adaptive::new().baseline_horizon(0)),
+    assert_policy_rejected(
+        Adaptive::new().baseline_horizon(0),
         "trip.adaptive.baseline_horizon",
     );
-    assert_rejected(
-        with(Adaptive::new().fallback(ConsecutiveFailures::new(0))),
+    assert_policy_rejected(
+        Adaptive::new().fallback(ConsecutiveFailures::new(0)),
         "trip.adaptive.fallback.consecutive_failures.threshold",
     );
     assert_rejected(
@@ -563,7 +556,7 @@ fn any_parameters_build_or_give_a_config_error_never_a_panic() {
                 && ceiling > rise
                 && ceiling <= 1.0
                 && horizon > 0;
-            let built = with(policy.clone()).build();
+            let built = builder(policy.clone()).build();
             prop_assert_eq!(built.is_ok(), valid, "{:?}", built);
             if let Err(err) = built {
                 prop_assert!(err.field().starts_with("trip.adaptive."), "{}", err);

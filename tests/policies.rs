@@ -13,7 +13,7 @@ use tower_circuit_breaker::policy::{
 };
 use tower_circuit_breaker::{Breaker, Config, ConfigBuilder, State};
 
-use common::{assert_rejected, builder, Call, Harness};
+use common::{assert_policy_rejected, assert_rejected, builder, Call, Harness};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -314,13 +314,6 @@ fn slow_calls(min_calls: u32, rate: f64) -> SlowCalls {
         .min_calls(min_calls)
 }
 
-/// Sends `call` through `h` `n` times, each reaching the inner service.
-async fn repeat(h: &mut Harness, n: usize, call: Call) {
-    for _ in 0..n {
-        h.through(call).await;
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn slow_calls_count_as_slow_whatever_their_outcome() {
     let mut h = Harness::new(slow_calls(10, 0.5));
@@ -354,7 +347,7 @@ async fn slow_calls_exactly_at_the_threshold_are_not_slow() {
 #[tokio::test(start_paused = true)]
 async fn slow_calls_below_min_calls_never_trip_even_all_slow() {
     let mut h = Harness::new(slow_calls(4, 0.5));
-    repeat(&mut h, 3, Call::SlowOk(SLOW)).await;
+    h.repeat(3, Call::SlowOk(SLOW)).await;
     let reason = TripReason::SlowCallRate { slow: 4, calls: 4 };
     next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
@@ -362,7 +355,7 @@ async fn slow_calls_below_min_calls_never_trip_even_all_slow() {
 #[tokio::test(start_paused = true)]
 async fn slow_call_rate_trips_at_threshold_not_just_below() {
     let mut h = Harness::new(slow_calls(4, 0.5));
-    repeat(&mut h, 3, Call::SlowOk(FAST)).await;
+    h.repeat(3, Call::SlowOk(FAST)).await;
     h.through(Call::SlowOk(SLOW)).await; // 1 of 4
     h.through(Call::SlowOk(SLOW)).await; // 2 of 5
     let reason = TripReason::SlowCallRate { slow: 3, calls: 6 }; // 3 of 6
@@ -373,7 +366,7 @@ async fn slow_call_rate_trips_at_threshold_not_just_below() {
 async fn slow_call_window_trips_on_recent_slow_calls_after_many_fast_ones() {
     // Over the last 4 calls: 100 fast calls do not dilute two slow ones.
     let mut h = Harness::new(SlowCalls::new(SEC).rate(0.5).over_calls(4).min_calls(4));
-    repeat(&mut h, 100, Call::Ok).await;
+    h.succeed(100).await;
     h.through(Call::SlowOk(SLOW)).await;
     let reason = TripReason::SlowCallRate { slow: 2, calls: 4 };
     next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
@@ -407,8 +400,8 @@ async fn slow_calls_running_concurrently_all_count_as_slow() {
 async fn slow_call_rate_trips_at_exactly_seven_of_twenty_five_with_rate_0_28() {
     // 7 / 25 is exactly 28%: `>=` must trip, whatever f64 makes of 0.28 * 25.
     let mut h = Harness::new(SlowCalls::new(SEC).rate(0.28).over_calls(25).min_calls(25));
-    repeat(&mut h, 18, Call::Ok).await;
-    repeat(&mut h, 6, Call::SlowOk(SLOW)).await;
+    h.succeed(18).await;
+    h.repeat(6, Call::SlowOk(SLOW)).await;
     let reason = TripReason::SlowCallRate { slow: 7, calls: 25 };
     next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
@@ -433,11 +426,11 @@ async fn slow_calls_over_time_trip_at_rate_within_the_window() {
 #[tokio::test(start_paused = true)]
 async fn slow_calls_over_time_aged_out_of_the_window_do_not_count() {
     let mut h = Harness::new(slow_calls_over_time());
-    repeat(&mut h, 3, Call::SlowOk(SLOW)).await;
+    h.repeat(3, Call::SlowOk(SLOW)).await;
     assert_eq!(h.state(), State::Closed);
     advance(Duration::from_secs(11)).await;
     // Counting the three old slow calls would make 4 of 7.
-    repeat(&mut h, 3, Call::Ok).await;
+    h.succeed(3).await;
     h.through(Call::SlowOk(SLOW)).await;
     assert_closed_with(&h, PolicyFigures::SlowCalls { calls: 4, slow: 1 });
 }
@@ -583,12 +576,6 @@ async fn consecutive_failures_start_from_zero_after_the_breaker_closes_again() {
 
 fn ok() -> ConfigBuilder {
     Config::builder()
-}
-
-/// Asserts that a config tripping on `policy` is rejected, naming `field`.
-#[track_caller]
-fn assert_policy_rejected(policy: impl Into<TripPolicy>, field: &str) {
-    assert_rejected(builder(policy), field);
 }
 
 /// Asserts that a config tripping on `policy` builds.

@@ -133,6 +133,12 @@ pub fn builder(policy: impl Into<TripPolicy>) -> ConfigBuilder {
     Config::builder().name("test").trip(policy)
 }
 
+/// Asserts that a config tripping on `policy` is rejected, naming `field`.
+#[track_caller]
+pub fn assert_policy_rejected(policy: impl Into<TripPolicy>, field: &str) {
+    assert_rejected(builder(policy), field);
+}
+
 /// Asserts that `builder` fails to build, with an error that names `field`
 /// (in `field()` and in its message) and says what is wrong with it.
 #[track_caller]
@@ -210,15 +216,18 @@ impl Harness {
 
     /// `n` successes, each reaching the inner service.
     pub async fn succeed(&mut self, n: usize) {
-        for _ in 0..n {
-            self.through(Call::Ok).await;
-        }
+        self.repeat(n, Call::Ok).await;
     }
 
     /// `n` failures, each reaching the inner service.
     pub async fn fail(&mut self, n: usize) {
+        self.repeat(n, Call::Fail).await;
+    }
+
+    /// `call` `n` times, each reaching the inner service.
+    pub async fn repeat(&mut self, n: usize, call: Call) {
         for _ in 0..n {
-            self.through(Call::Fail).await;
+            self.through(call).await;
         }
     }
 
