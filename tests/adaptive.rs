@@ -9,13 +9,15 @@
 //! (default 12) and `PROPTEST_RNG_SEED` the seed.
 
 mod common;
+#[path = "common/paused.rs"]
+mod paused;
 #[path = "common/rng.rs"]
 mod rng;
 
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
+use proptest::test_runner::{TestCaseError, TestRunner};
 use tokio::time::advance;
 use tower_circuit_breaker::policy::{
     Adaptive, ConsecutiveFailures, CountWindow, PolicyFigures, TripPolicy, TripReason,
@@ -23,6 +25,7 @@ use tower_circuit_breaker::policy::{
 use tower_circuit_breaker::{Breaker, Config, State};
 
 use common::{assert_policy_rejected, assert_rejected, builder, Call, Harness};
+use paused::{paused_runtime, proptest_config};
 use rng::SplitMix64;
 
 /// A provider failing `rate` of its calls at random.
@@ -109,26 +112,6 @@ fn baseline(breaker: &Breaker) -> (f64, u64) {
         } => (baseline, learned),
         other => panic!("not an adaptive policy: {other:?}"),
     }
-}
-
-fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a paused runtime")
-}
-
-fn proptest_config(default_cases: u32) -> ProptestConfig {
-    let mut config = ProptestConfig {
-        // Failures print the minimal case; nothing is written to tests/.
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    };
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = default_cases;
-    }
-    config
 }
 
 fn run<S: Strategy>(cases: u32, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>) {

@@ -21,8 +21,11 @@ mod rng;
 
 #[path = "common/panics.rs"]
 mod panics;
+#[path = "common/paused.rs"]
+mod paused;
 
 use panics::{quiet_scripted_panics, SCRIPTED_PANIC};
+use paused::paused_runtime;
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -326,12 +329,7 @@ where
     quiet_scripted_panics();
     let (done, finished) = mpsc::channel();
     let runner = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .expect("a runtime");
-        runtime.block_on(test());
+        paused_runtime().block_on(test());
         let _ = done.send(());
     });
     match finished.recv_timeout(wall) {

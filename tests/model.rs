@@ -22,8 +22,11 @@
 
 #[path = "common/panics.rs"]
 mod panics;
+#[path = "common/paused.rs"]
+mod paused;
 
 use panics::{quiet_scripted_panics, SCRIPTED_PANIC};
+use paused::{paused_runtime, proptest_config};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,7 +35,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
+use proptest::test_runner::{TestCaseError, TestRunner};
 use tokio::sync::{broadcast, oneshot};
 use tower::{BoxError, Service, ServiceExt};
 use tower_circuit_breaker::classify::{Outcome, Verdict};
@@ -972,24 +975,12 @@ async fn run_case(settings: Settings, steps: Vec<Step>) -> Result<(), TestCaseEr
 #[test]
 fn breaker_agrees_with_the_reference_model_at_every_step() {
     quiet_scripted_panics();
-    let mut config = ProptestConfig {
-        // Failures print the minimal case; nothing is written to tests/.
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    };
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = 300;
-    }
+    let config = proptest_config(300);
     let cases = config.cases;
     let mut runner = TestRunner::new(config);
     let strategy = (settings(), prop::collection::vec(step(), 1..250));
     let result = runner.run(&strategy, |(settings, steps)| {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .expect("a runtime");
-        runtime.block_on(run_case(settings, steps))
+        paused_runtime().block_on(run_case(settings, steps))
     });
     if let Err(err) = result {
         panic!("{err}");

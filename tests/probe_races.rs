@@ -8,6 +8,11 @@
 /// (between `release_permit`'s CAS and its lock) finds no free deadline slot
 /// and runs without a probe deadline: if it hangs, the breaker stays
 /// half-open with every permit taken, and `probe_timeout` never fires.
+#[path = "common/paused.rs"]
+mod paused;
+
+use paused::paused_runtime;
+
 mod permit_release_race {
     #[allow(unused_imports)]
     use super::{paused_runtime, poll_once, ready_now, ROUNDS};
@@ -354,14 +359,6 @@ fn noop_waker() -> std::task::Waker {
 }
 
 /// A current-thread runtime with time enabled and paused.
-fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .unwrap()
-}
-
 /// Polls `f` once with a waker that does nothing.
 fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> std::task::Poll<F::Output> {
     std::pin::Pin::new(f).poll(&mut std::task::Context::from_waker(&noop_waker()))
