@@ -55,47 +55,48 @@ impl Serialize for Counts {
 /// and `message`, the reason in words.
 impl Serialize for TripReason {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if let TripReason::Pushback { retry_after } = *self {
-            let mut s = serializer.serialize_struct("TripReason", 3)?;
-            s.serialize_field("policy", self.policy())?;
-            s.serialize_field("retry_after_ms", &millis_up(retry_after))?;
-            s.serialize_field("message", &self.to_string())?;
-            return s.end();
-        }
-        if let TripReason::Adaptive {
-            failures,
-            calls,
-            baseline,
-        } = *self
-        {
-            let mut s = serializer.serialize_struct("TripReason", 5)?;
-            s.serialize_field("policy", self.policy())?;
-            s.serialize_field("failures", &failures)?;
-            s.serialize_field("calls", &calls)?;
-            s.serialize_field("baseline", &baseline)?;
-            s.serialize_field("message", &self.to_string())?;
-            return s.end();
-        }
-        let figures: &[(&'static str, u32)] = match *self {
-            TripReason::ConsecutiveFailures { failures } => &[("failures", failures)],
+        // Whole-number figures, then an adaptive trip's baseline or a
+        // pushback's wait.
+        let (figures, baseline, retry_after_ms): (&[(&'static str, u32)], _, _) = match *self {
+            TripReason::ConsecutiveFailures { failures } => (&[("failures", failures)], None, None),
             TripReason::CountWindow { failures, window } => {
-                &[("failures", failures), ("window", window)]
+                (&[("failures", failures), ("window", window)], None, None)
             }
             TripReason::FailureRate { failures, calls } => {
-                &[("failures", failures), ("calls", calls)]
+                (&[("failures", failures), ("calls", calls)], None, None)
             }
-            TripReason::SlowCallRate { slow, calls } => &[("slow", slow), ("calls", calls)],
-            TripReason::Adaptive { .. }
-            | TripReason::ProbeFailed
+            TripReason::SlowCallRate { slow, calls } => {
+                (&[("slow", slow), ("calls", calls)], None, None)
+            }
+            TripReason::Adaptive {
+                failures,
+                calls,
+                baseline,
+            } => (
+                &[("failures", failures), ("calls", calls)],
+                Some(baseline),
+                None,
+            ),
+            TripReason::Pushback { retry_after } => (&[], None, Some(millis_up(retry_after))),
+            TripReason::ProbeFailed
             | TripReason::ProbeTimedOut
             | TripReason::Manual
-            | TripReason::Pushback { .. }
-            | TripReason::Shared => &[],
+            | TripReason::Shared => (&[], None, None),
         };
-        let mut s = serializer.serialize_struct("TripReason", 2 + figures.len())?;
+        let len = 2
+            + figures.len()
+            + usize::from(baseline.is_some())
+            + usize::from(retry_after_ms.is_some());
+        let mut s = serializer.serialize_struct("TripReason", len)?;
         s.serialize_field("policy", self.policy())?;
         for (name, value) in figures {
             s.serialize_field(name, value)?;
+        }
+        if let Some(baseline) = baseline {
+            s.serialize_field("baseline", &baseline)?;
+        }
+        if let Some(retry_after_ms) = retry_after_ms {
+            s.serialize_field("retry_after_ms", &retry_after_ms)?;
         }
         s.serialize_field("message", &self.to_string())?;
         s.end()
