@@ -40,12 +40,11 @@ mod local_redis;
 #[path = "common/driver.rs"]
 mod driver;
 
-use driver::{call_once, drive, noop_waker};
+use driver::{drive, expect_served};
 use std::fmt;
 use std::future::{ready, Ready};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
@@ -117,11 +116,7 @@ impl Scenario {
         S: Service<u64, Response = u64> + 'static,
         S::Error: fmt::Debug,
     {
-        let mut cx = Context::from_waker(noop_waker());
-        match call_once(&mut svc, &mut cx, 7) {
-            Poll::Ready(Ok(7)) => {}
-            other => panic!("{name}: expected the call to be served, got {other:?}"),
-        }
+        expect_served(name, &mut svc);
         let run = move |calls| {
             let closed = |when: &str| {
                 if let Some(breaker) = &breaker {

@@ -270,14 +270,20 @@ struct Report {
     opened: u64,
 }
 
-/// Runs `traffic` against the provider's `script`, behind the 30 s
-/// timeout and, with `config`, a breaker, on paused time.
-fn run(config: Option<&Config>, script: Script, traffic: Traffic, stop: StopAt) -> Report {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// A current-thread runtime whose clock starts paused: simulated hours
+/// pass as fast as the work in them.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
-        .expect("a paused tokio runtime");
+        .expect("a paused tokio runtime")
+}
+
+/// Runs `traffic` against the provider's `script`, behind the 30 s
+/// timeout and, with `config`, a breaker, on paused time.
+fn run(config: Option<&Config>, script: Script, traffic: Traffic, stop: StopAt) -> Report {
+    let runtime = paused_runtime();
     runtime.block_on(async {
         let upstream = Arc::new(AtomicU64::new(0));
         let timed = Timeout::new(Provider::new(script, Arc::clone(&upstream)), TIMEOUT);
@@ -1250,9 +1256,6 @@ struct Tuned {
     tuned_for: Option<f64>,
     name: String,
     trip: TripPolicy,
-    /// For the adaptive policy, the most failures in a row it takes to
-    /// trip once warmed up.
-    outage_bound: Option<u32>,
 }
 
 fn study_five_setups() -> Vec<Tuned> {
@@ -1264,7 +1267,6 @@ fn study_five_setups() -> Vec<Tuned> {
             tuned_for: Some(p),
             name: format!("consecutive {k}"),
             trip: ConsecutiveFailures::new(k).into(),
-            outage_bound: None,
         });
     }
     for n in [20, 100] {
@@ -1275,7 +1277,6 @@ fn study_five_setups() -> Vec<Tuned> {
                 tuned_for: Some(p),
                 name: format!("count window {k} of {n}"),
                 trip: CountWindow::new(k, n).into(),
-                outage_bound: None,
             });
         }
     }
@@ -1289,7 +1290,6 @@ fn study_five_setups() -> Vec<Tuned> {
                 .min_calls(20)
                 .failure_rate(rate)
                 .into(),
-            outage_bound: None,
         });
     }
     let adaptive = Adaptive::new().false_trips_per_million(BUDGET_PER_MILLION);
@@ -1297,7 +1297,6 @@ fn study_five_setups() -> Vec<Tuned> {
         family: "adaptive",
         tuned_for: None,
         name: "adaptive (defaults)".to_string(),
-        outage_bound: adaptive.max_failures_to_trip(),
         trip: adaptive.into(),
     });
     setups
@@ -1420,11 +1419,7 @@ where
 /// trial `t` of degradation `d` come from a generator seeded by the
 /// baseline, `d` and `t`, so every configuration meets the same steps.
 fn judge(trip: &TripPolicy, baseline: f64, scale: &Scale) -> Judged {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .build()
-        .expect("a paused tokio runtime");
+    let runtime = paused_runtime();
     let config = Config::builder()
         .name("study5")
         .trip(trip.clone())
@@ -1543,10 +1538,12 @@ fn check_baselines(rows: &[Row], scale: &Scale) {
     let Some(adaptive) = rows.iter().find(|r| r.setup.tuned_for.is_none()) else {
         panic!("study 5: no adaptive row");
     };
-    let bound = adaptive
-        .setup
-        .outage_bound
-        .expect("the adaptive policy's bound on a hard outage");
+    // The most failures in a row it takes to trip once warmed up.
+    let bound = match &adaptive.setup.trip {
+        TripPolicy::Adaptive(policy) => policy.max_failures_to_trip(),
+        _ => None,
+    }
+    .expect("the adaptive policy's bound on a hard outage");
     for (b, judged) in adaptive.by_baseline.iter().enumerate() {
         let name = format!("study 5, adaptive at {:.0}%", BASELINES[b] * 100.0);
         assert!(
