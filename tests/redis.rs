@@ -11,10 +11,12 @@
 
 mod redis_support;
 
-use std::sync::atomic::Ordering;
+use futures_util::FutureExt;
 use std::time::Duration;
 
-use redis_support::{free_port, next_event, GarbageServer, RedisServer, Upstream};
+use redis_support::{
+    connect, eventually, free_port, next_event, GarbageServer, RedisServer, Upstream,
+};
 use tokio::time::Instant;
 use tower::{BoxError, Service, ServiceExt};
 use tower_circuit_breaker::policy::{ConsecutiveFailures, TripReason};
@@ -69,6 +71,17 @@ impl Instance {
     fn state(&self) -> State {
         self.breaker.state()
     }
+
+    /// Sends a request every `pause` until the breaker is closed; fails
+    /// after 10 s saying `what` went wrong.
+    async fn request_until_closed(&mut self, pause: Duration, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.state() != State::Closed {
+            assert!(Instant::now() < deadline, "{what}");
+            self.request().await;
+            tokio::time::sleep(pause).await;
+        }
+    }
 }
 
 fn store(server: &RedisServer, prefix: &str) -> RedisStoreBuilder {
@@ -88,15 +101,6 @@ fn config(name: &str, failures: u32, open: Duration) -> Config {
         .backoff(1.0)
         .build()
         .expect("a valid config")
-}
-
-/// Waits (real time) until `done` holds; fails after 10 s naming `what`.
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Waits until every store has read the shared state once (its first
@@ -313,12 +317,9 @@ async fn a_prober_that_dies_frees_the_probe_lock_by_expiry() {
     upstream.recover();
     // The survivor keeps refusing while the dead lease runs, then takes
     // the lock and probes.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while survivor.state() != State::Closed {
-        assert!(Instant::now() < deadline, "the survivor never probed");
-        survivor.request().await;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    survivor
+        .request_until_closed(Duration::from_millis(10), "the survivor never probed")
+        .await;
     assert!(survivor.store.stats().probe_locks_won > won_before);
     assert_eq!(upstream.calls(), calls + 1, "one probe closed it");
 }
@@ -342,8 +343,7 @@ async fn an_idle_prober_whose_lease_runs_out_unopposed_stays_half_open() {
     let mut transitions = one.breaker.subscribe();
     // Five leases without a request: each runs out and is taken again.
     tokio::time::sleep(lease * 5).await;
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = connect(&server.url()).await;
     // Between a lease's end and its retaking the lock is free for a moment.
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
@@ -373,8 +373,7 @@ async fn an_idle_prober_whose_lease_runs_out_unopposed_stays_half_open() {
 async fn a_fleet_period_from_redis_never_outlasts_max_open() {
     let server = RedisServer::start();
     // Someone wrote an opening of about three years into Redis.
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = connect(&server.url()).await;
     let _: () = redis::pipe()
         .cmd("HSET")
         .arg("forever:{llm}:record")
@@ -416,8 +415,7 @@ async fn a_fleet_period_from_redis_never_outlasts_max_open() {
 async fn a_key_holding_foreign_data_is_skipped_and_the_others_still_share() {
     let server = RedisServer::start();
     // Another application's string where a breaker's record would be.
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = connect(&server.url()).await;
     let _: () = redis::cmd("SET")
         .arg("poison:{bad}:record")
         .arg("not a hash")
@@ -470,8 +468,7 @@ async fn a_probe_lock_without_expiry_is_given_one_and_the_fleet_probes_again() {
     assert_eq!(one.request().await, Answer::Failed);
     eventually("open", || one.state() == State::Open).await;
     // Someone takes the lock for good, without an expiry.
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = connect(&server.url()).await;
     let _: () = redis::cmd("SET")
         .arg("nolease:{llm}:probe_lock")
         .arg("intruder")
@@ -480,15 +477,11 @@ async fn a_probe_lock_without_expiry_is_given_one_and_the_fleet_probes_again() {
         .unwrap();
     // The script gives the lock a lease; once it ends, this instance probes.
     upstream.recover();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while one.state() != State::Closed {
-        assert!(
-            Instant::now() < deadline,
-            "the intruder's lock held the fleet open"
-        );
-        one.request().await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    one.request_until_closed(
+        Duration::from_millis(20),
+        "the intruder's lock held the fleet open",
+    )
+    .await;
     assert!(one.store.stats().probe_locks_won >= 1);
 }
 
@@ -516,14 +509,14 @@ async fn killed_redis_leaves_requests_local_and_a_restart_resyncs() {
     // Redis.
     for instance in &mut fleet {
         for _ in 0..50 {
-            let ready = futures_ready(instance.service.ready());
+            let ready = instance.service.ready().now_or_never();
             let service = ready.expect("ready at once").expect("no error");
-            let answer = futures_ready(service.call(()));
+            let answer = service.call(()).now_or_never();
             assert!(matches!(answer, Some(Ok(()))));
         }
     }
     // One instance trips on its own while Redis is away.
-    upstream.failing.store(true, Ordering::SeqCst);
+    upstream.fail();
     assert_eq!(fleet[0].request().await, Answer::Failed);
     assert_eq!(fleet[0].request().await, Answer::Failed);
     assert_eq!(fleet[0].state(), State::Open);
@@ -564,8 +557,7 @@ async fn a_slow_redis_blocks_no_request_and_counts_as_unavailable_until_it_answe
     let sleeper = tokio::spawn({
         let url = server.url();
         async move {
-            let client = redis::Client::open(url).unwrap();
-            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            let mut conn = connect(&url).await;
             redis::cmd("DEBUG")
                 .arg("SLEEP")
                 .arg(2)
@@ -576,12 +568,15 @@ async fn a_slow_redis_blocks_no_request_and_counts_as_unavailable_until_it_answe
     let event = next_event(&mut events).await;
     assert!(matches!(event, StoreEvent::Unavailable { .. }), "{event:?}");
     // Failures and successes meanwhile: each answered at the first poll.
-    upstream.failing.store(true, Ordering::SeqCst);
+    upstream.fail();
     for _ in 0..3 {
-        let service = futures_ready(instance.service.ready())
+        let service = instance
+            .service
+            .ready()
+            .now_or_never()
             .expect("ready at once")
             .expect("no error");
-        assert!(matches!(futures_ready(service.call(())), Some(Err(_))));
+        assert!(matches!(service.call(()).now_or_never(), Some(Err(_))));
     }
     assert_eq!(
         instance.state(),
@@ -591,16 +586,6 @@ async fn a_slow_redis_blocks_no_request_and_counts_as_unavailable_until_it_answe
     sleeper.await.unwrap().expect("DEBUG SLEEP");
     assert_eq!(next_event(&mut events).await, StoreEvent::Restored);
     assert_eq!(instance.store.stats().unavailable_episodes, 1);
-}
-
-/// Polls `future` once with a no-op waker.
-fn futures_ready<F: std::future::Future>(future: F) -> Option<F::Output> {
-    let mut future = std::pin::pin!(future);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match future.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(out) => Some(out),
-        std::task::Poll::Pending => None,
-    }
 }
 
 #[tokio::test]
@@ -651,8 +636,7 @@ async fn hostile_names_stay_in_their_own_breakers() {
         }
     }
     // Every key lives under the prefix, one hash tag per breaker.
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = connect(&server.url()).await;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")
         .query_async(&mut conn)
@@ -687,7 +671,7 @@ async fn a_success_writes_only_when_the_fleet_count_holds_failures() {
         0,
         "successes with nothing to reset"
     );
-    upstream.failing.store(true, Ordering::SeqCst);
+    upstream.fail();
     assert_eq!(one.request().await, Answer::Failed);
     eventually("the failure written", || one.store.stats().writes == 1).await;
     upstream.recover();
@@ -770,17 +754,14 @@ async fn an_outage_seen_and_over_while_redis_was_down_does_not_open_the_fleet_la
         ));
     }
     // The first instance trips, probes and closes, all while Redis is away.
-    upstream.failing.store(true, Ordering::SeqCst);
+    upstream.fail();
     assert_eq!(fleet[0].request().await, Answer::Failed);
     assert_eq!(fleet[0].request().await, Answer::Failed);
     assert_eq!(fleet[0].state(), State::Open);
     upstream.recover();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while fleet[0].state() != State::Closed {
-        assert!(Instant::now() < deadline, "never closed locally");
-        fleet[0].request().await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    fleet[0]
+        .request_until_closed(Duration::from_millis(20), "never closed locally")
+        .await;
     server.restart();
     for events in &mut events {
         assert_eq!(next_event(events).await, StoreEvent::Restored);

@@ -7,10 +7,9 @@
 mod redis_support;
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use redis_support::{RedisCluster, Upstream};
+use redis_support::{connect, eventually_within, RedisCluster, Upstream};
 use tokio::time::Instant;
 use tower::{BoxError, Service, ServiceExt};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
@@ -18,12 +17,10 @@ use tower_circuit_breaker::registry::Registry;
 use tower_circuit_breaker::store::redis::RedisStore;
 use tower_circuit_breaker::{CircuitOpen, Config, State};
 
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !done() {
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+/// Waits until `done` holds: a cluster takes longer to settle than one
+/// server, hence 15 s.
+async fn eventually(what: &str, done: impl FnMut() -> bool) {
+    eventually_within(Duration::from_secs(15), what, done).await;
 }
 
 /// The slot Redis gives `key`.
@@ -83,8 +80,7 @@ use tower::Layer as _;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn breakers_in_different_slots_trip_share_and_recover_on_a_cluster() {
     let cluster = RedisCluster::start();
-    let node = redis::Client::open(cluster.urls()[0].as_str()).unwrap();
-    let mut conn = node.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = connect(&cluster.urls()[0]).await;
     // Two names whose keys live in different thirds of the slot space: on
     // different nodes, as `redis-cli --cluster create` splits it.
     let mut names: Vec<(String, u16)> = Vec::new();
@@ -111,7 +107,7 @@ async fn breakers_in_different_slots_trip_share_and_recover_on_a_cluster() {
     })
     .await;
     for ((name, _), upstream) in names.iter().zip(&upstreams) {
-        upstream.failing.store(true, Ordering::SeqCst);
+        upstream.fail();
         // One failure on each instance: two in the fleet, the threshold.
         assert!(a.call(name, upstream).await.is_err());
         let writes = a.store.stats().writes;
@@ -123,12 +119,12 @@ async fn breakers_in_different_slots_trip_share_and_recover_on_a_cluster() {
         .await;
         let refused = a.call(name, upstream).await.unwrap_err();
         assert!(refused.is::<CircuitOpen>());
-        assert_eq!(upstream.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(upstream.calls(), 2);
     }
     // Recovery: the providers answer again; a probe closes each breaker
     // for both instances.
     for ((name, _), upstream) in names.iter().zip(&upstreams) {
-        upstream.failing.store(false, Ordering::SeqCst);
+        upstream.recover();
         let deadline = Instant::now() + Duration::from_secs(15);
         while a.state(name) != State::Closed || b.state(name) != State::Closed {
             assert!(Instant::now() < deadline, "{name} never closed on both");
@@ -165,8 +161,7 @@ async fn each_breakers_keys_share_one_slot_whatever_its_name() {
     .await;
     let mut tags: HashSet<String> = HashSet::new();
     for url in cluster.urls() {
-        let client = redis::Client::open(url.as_str()).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let mut conn = connect(&url).await;
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg("cluster:*")
             .query_async(&mut conn)

@@ -7,7 +7,7 @@ mod redis_support;
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use redis_support::{next_event, RedisServer};
+use redis_support::{eventually, next_event, RedisServer};
 use tower_circuit_breaker::store::redis::{RedisStore, StoreEvent};
 use tower_circuit_breaker::{Breaker, Config};
 
@@ -54,9 +54,7 @@ async fn an_unavailable_episode_is_counted_once_and_the_gauge_follows() {
     let breaker = Breaker::new(Config::builder().name("llm").build().unwrap());
     store.attach(&breaker);
     let mut events = store.subscribe();
-    while store.stats().refreshes == 0 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the store's first refresh", || store.stats().refreshes > 0).await;
     seen.update(&snapshotter);
     assert_eq!(seen.available, Some(1.0));
     assert_eq!(seen.unavailable_total, 0);

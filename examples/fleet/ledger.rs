@@ -224,13 +224,9 @@ impl Ledger {
     }
 }
 
+/// A state as the ledger prints it: `half-open` for `half_open`.
 fn state_name(state: State) -> String {
-    match state {
-        State::Closed => "closed".to_owned(),
-        State::Open => "open".to_owned(),
-        State::HalfOpen => "half-open".to_owned(),
-        other => format!("{other:?}"),
-    }
+    state.as_str().replace('_', "-")
 }
 
 /// Instance `i`'s breaker transitions, into the ledger, until the breaker

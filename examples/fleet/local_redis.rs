@@ -49,23 +49,8 @@ impl LocalRedis {
             })?;
         // From here on, dropping `server` kills the process.
         let mut server = LocalRedis { child, port };
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            if answers_ping(port) {
-                return Ok(server);
-            }
-            if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(format!(
-                    "redis-server exited at start on port {port} ({status})"
-                ));
-            }
-            if std::time::Instant::now() >= deadline {
-                return Err(format!(
-                    "redis-server on port {port} did not answer PING within 5 s"
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until_ready(&mut server.child, port, Duration::from_secs(5))?;
+        Ok(server)
     }
 
     /// Its URL.
@@ -83,25 +68,50 @@ impl Drop for LocalRedis {
 
 /// The `redis-server` binary: `$REDIS_SERVER`, or the one on `PATH`.
 fn redis_server() -> Result<PathBuf, String> {
-    if let Some(path) = std::env::var_os("REDIS_SERVER") {
-        return Ok(PathBuf::from(path));
+    find_binary("redis-server", "REDIS_SERVER").ok_or_else(|| {
+        "`redis-server` was not found on PATH. This demo starts a Redis of its own on \
+         loopback: install it with `apt-get install -y redis-server`, or set REDIS_URL \
+         to a Redis server you run."
+            .to_owned()
+    })
+}
+
+/// The binary `name`: the path in the environment variable `env`, or the
+/// one on `PATH`.
+pub fn find_binary(name: &str, env: &str) -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(env) {
+        return Some(PathBuf::from(path));
     }
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|dir| dir.join("redis-server"))
-                .find(|p| p.is_file())
-        })
-        .ok_or_else(|| {
-            "`redis-server` was not found on PATH. This demo starts a Redis of its own on \
-             loopback: install it with `apt-get install -y redis-server`, or set REDIS_URL \
-             to a Redis server you run."
-                .to_owned()
-        })
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Waits until the `redis-server` just started as `child` answers `PING`
+/// on `port`: an error if it exits first or stays silent for `limit`.
+pub fn wait_until_ready(child: &mut Child, port: u16, limit: Duration) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if answers_ping(port) {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!(
+                "redis-server exited at start on port {port} ({status})"
+            ));
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(format!(
+                "redis-server on port {port} did not answer PING within {limit:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Sends `PING` and expects `+PONG`.
-fn answers_ping(port: u16) -> bool {
+pub fn answers_ping(port: u16) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };

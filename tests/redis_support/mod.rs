@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../../examples/fleet/local_redis.rs"]
+mod local_redis;
+
 use std::future::Ready;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -13,43 +16,24 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The `redis-server` binary: `$REDIS_SERVER`, or the one on `PATH`.
+use local_redis::{find_binary, wait_until_ready};
+
+/// The binary `name`: `$env`, or the one on `PATH`; a missing one fails
+/// the test with what to install.
 fn binary(name: &str, env: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os(env) {
-        return PathBuf::from(path);
-    }
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(name))
-            .find(|p| p.is_file())
-    });
-    match found {
-        Some(path) => path,
-        None => panic!(
+    find_binary(name, env).unwrap_or_else(|| {
+        panic!(
             "`{name}` was not found on PATH (nor in ${env}). These tests need a real Redis \
              on loopback: install it with `apt-get install -y redis-server`, or run \
              `bash .ci/test`, which installs it."
-        ),
-    }
+        )
+    })
 }
 
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
     listener.local_addr().expect("local address").port()
-}
-
-/// Sends `PING` and expects `+PONG`.
-fn answers(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-    if stream.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 7];
-    stream.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
 
 /// One `redis-server`, stopped (killed) when dropped.
@@ -75,11 +59,7 @@ impl RedisServer {
     }
 
     fn start_with(port: u16, extra: Vec<String>) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "tcb-redis-{}-{port}-{}",
-            std::process::id(),
-            Instant::now().elapsed().as_nanos()
-        ));
+        let dir = std::env::temp_dir().join(format!("tcb-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a scratch directory for redis-server");
         let mut server = RedisServer {
             child: None,
@@ -102,15 +82,9 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("could not start redis-server: {e}"));
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !answers(self.port) {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on port {} did not answer PING within 10 s",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        let child = self.child.insert(child);
+        if let Err(problem) = wait_until_ready(child, self.port, Duration::from_secs(10)) {
+            panic!("{problem}");
         }
     }
 
@@ -212,13 +186,11 @@ fn cluster_ok(port: u16) -> bool {
 /// dropped.
 pub struct GarbageServer {
     pub port: u16,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: Arc<AtomicBool>,
 }
 
 impl GarbageServer {
     pub fn start() -> Self {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::Arc;
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
         listener
             .set_nonblocking(true)
@@ -260,7 +232,7 @@ impl GarbageServer {
 
 impl Drop for GarbageServer {
     fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -277,8 +249,13 @@ pub struct Upstream {
 impl Upstream {
     pub fn failing() -> Self {
         let upstream = Upstream::default();
-        upstream.failing.store(true, Ordering::SeqCst);
+        upstream.fail();
         upstream
+    }
+
+    /// From now on every call fails.
+    pub fn fail(&self) {
+        self.failing.store(true, Ordering::SeqCst);
     }
 
     pub fn recover(&self) {
@@ -326,4 +303,28 @@ pub async fn next_event(
         .await
         .expect("a store event within 10 s")
         .expect("the store is alive")
+}
+
+/// A connection to the Redis at `url`, for a test to look at or change
+/// what the stores wrote.
+pub async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("a valid Redis URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection to the test's Redis")
+}
+
+/// Waits (real time) until `done` holds; fails after 10 s naming `what`.
+pub async fn eventually(what: &str, done: impl FnMut() -> bool) {
+    eventually_within(Duration::from_secs(10), what, done).await;
+}
+
+/// Waits (real time) until `done` holds; fails after `limit` naming `what`.
+pub async fn eventually_within(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
