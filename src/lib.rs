@@ -246,6 +246,7 @@ mod local;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
+mod millis;
 pub mod policy;
 pub mod probe;
 pub mod registry;

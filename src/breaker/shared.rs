@@ -33,6 +33,7 @@ use super::state::{Manual, Tag, Word, MAX_DEADLINE_MS};
 use crate::classify::Outcome;
 use crate::config::Config;
 use crate::events::Transition;
+use crate::millis::millis_up;
 use crate::policy::{PolicyState, Sample, TripReason};
 use crate::probe::{Prober, Turn};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
@@ -134,16 +135,6 @@ pub(crate) struct Shared {
     link: OnceLock<crate::store::redis::Link>,
 }
 
-fn ceil_ms(d: Duration) -> u64 {
-    let ms = d.as_millis();
-    let ms = if Duration::from_millis(ms.min(u64::MAX as u128) as u64) < d {
-        ms + 1
-    } else {
-        ms
-    };
-    u64::try_from(ms).unwrap_or(u64::MAX)
-}
-
 impl Shared {
     /// A new breaker, closed.
     pub(crate) fn new_arc(config: Config) -> Arc<Self> {
@@ -203,7 +194,7 @@ impl Shared {
         let t = &self.tuning;
         t.probes.store(config.probes, Ordering::Relaxed);
         t.max_open_ms
-            .store(ceil_ms(config.max_open), Ordering::Relaxed);
+            .store(millis_up(config.max_open), Ordering::Relaxed);
         t.probe_timeout
             .store(config.probe_timeout.is_some(), Ordering::Relaxed);
         self.hot
@@ -578,7 +569,7 @@ impl Shared {
 
     fn note_hint(&self, book: &mut Book, hint: Option<Duration>, now: u64) {
         if let Some(hint) = hint {
-            let capped = ceil_ms(hint.min(book.config.max_open));
+            let capped = millis_up(hint.min(book.config.max_open));
             let until = now.saturating_add(capped);
             book.hint_until_ms = Some(book.hint_until_ms.map_or(until, |u| u.max(until)));
         }
@@ -604,13 +595,13 @@ impl Shared {
             let share = c.jitter * next_unit(&mut book.rng);
             period = period.mul_f64(1.0 - share).max(floor);
         }
-        let mut until = from_ms.saturating_add(ceil_ms(period));
+        let mut until = from_ms.saturating_add(millis_up(period));
         // Read, not taken: the caller clears it once the transition is made.
         if let Some(hint) = book.hint_until_ms {
             until = until.max(hint);
         }
         until
-            .min(from_ms.saturating_add(ceil_ms(c.max_open)))
+            .min(from_ms.saturating_add(millis_up(c.max_open)))
             .min(MAX_DEADLINE_MS)
     }
 
@@ -758,7 +749,7 @@ impl Shared {
     }
 
     fn probe_interval_ms(&self) -> u64 {
-        ceil_ms(self.probe_interval())
+        millis_up(self.probe_interval())
     }
 
     pub(crate) fn probe_timeout(&self) -> Option<Duration> {

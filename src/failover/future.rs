@@ -5,7 +5,6 @@ use std::mem;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tower::BoxError;
@@ -14,6 +13,7 @@ use tower_service::Service;
 use super::error::{Exhausted, Reason, Unavailable};
 use super::{Settings, Shared};
 use crate::classify::{Classify, Outcome};
+use crate::millis::millis;
 use crate::{CircuitBreaker, CircuitOpen, State};
 
 /// Where the walk down the chain is.
@@ -330,8 +330,4 @@ fn last_resort<S, BC>(
         "failover: last resort: calling the candidate that recovers soonest, around its breaker"
     );
     Some(index)
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::{Sample, TripReason};
 use crate::error::ConfigError;
+use crate::millis::millis;
 
 /// The most failures a count window may require; bounds the memory a window
 /// keeps (16 bytes per failure).
@@ -117,9 +118,7 @@ impl Ring {
         Ring {
             failures: policy.failures,
             window: policy.window as u64,
-            stale_after_ms: policy
-                .stale_after
-                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)),
+            stale_after_ms: policy.stale_after.map(|d| millis(d).max(1)),
             outcomes: 0,
             recent: VecDeque::new(),
         }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::{Sample, TripReason};
 use crate::error::ConfigError;
+use crate::millis::millis;
 
 /// The most buckets a time window may have.
 pub(crate) const MAX_BUCKETS: u32 = 10_000;
@@ -155,7 +156,7 @@ pub(crate) struct Buckets {
 
 impl Buckets {
     pub(crate) fn new(window: Duration, buckets: u32) -> Self {
-        let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        let window_ms = millis(window);
         // Rounded up: the window covers at least the length asked for.
         let bucket_ms = window_ms.div_ceil(buckets as u64).max(1);
         Buckets {

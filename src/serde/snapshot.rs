@@ -1,29 +1,12 @@
 //! What a status page serves: snapshots, counts, states, policy figures,
 //! trip reasons and transitions, with durations as whole milliseconds.
 
-use std::time::Duration;
-
 use ::serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use crate::breaker::{Counts, Snapshot, State};
 use crate::events::Transition;
+use crate::millis::{millis, millis_up};
 use crate::policy::{PolicyFigures, TripReason};
-
-/// Whole milliseconds, rounded down (a time already spent).
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Whole milliseconds, rounded up: a caller who waits this long does not
-/// come back a fraction of a millisecond too early.
-fn millis_up(d: Duration) -> u64 {
-    let ms = millis(d);
-    if Duration::from_millis(ms) < d {
-        ms.saturating_add(1)
-    } else {
-        ms
-    }
-}
 
 /// As its snake-case name: `"closed"`, `"open"`, `"half_open"`,
 /// `"forced_open"`, `"forced_closed"` or `"disabled"`.
@@ -202,18 +185,5 @@ impl Serialize for Transition {
         s.serialize_field("retry_after_ms", &self.retry_after.map(millis_up))?;
         s.serialize_field("shadow", &self.shadow)?;
         s.end()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn waits_round_up_and_time_spent_rounds_down() {
-        assert_eq!(millis_up(Duration::from_micros(1)), 1);
-        assert_eq!(millis_up(Duration::from_millis(7)), 7);
-        assert_eq!(millis(Duration::from_micros(7_900)), 7);
-        assert_eq!(millis_up(Duration::MAX), u64::MAX);
     }
 }

@@ -43,8 +43,7 @@ impl Shared {
     pub(super) fn fleet_outcome(&self, book: &mut Book, failure: bool) {
         let Some(link) = self.link.get() else { return };
         if failure {
-            if link.counts_failures(&book.config) {
-                link.failure(&book.config);
+            if link.failure(&book.config) {
                 book.fleet.failures = true;
             }
         } else if book.fleet.failures {
@@ -98,7 +97,7 @@ impl Shared {
             now
         };
         let latest = since
-            .saturating_add(super::ceil_ms(book.config.max_open))
+            .saturating_add(crate::millis::millis_up(book.config.max_open))
             .saturating_add(hold_ms);
         if now >= latest {
             return false;

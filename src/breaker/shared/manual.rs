@@ -9,8 +9,9 @@
 use crate::sync::Ordering;
 use std::time::Duration;
 
-use super::{ceil_ms, state_of, Shared};
+use super::{state_of, Shared};
 use crate::breaker::state::{Manual, Tag, Word};
+use crate::millis::millis_up;
 use crate::policy::TripReason;
 
 /// What an operator asked for.
@@ -40,7 +41,7 @@ impl Shared {
         loop {
             let next = match (command, w.tag()) {
                 (Command::ForceOpen(Some(period)), _) => {
-                    let until = now.saturating_add(ceil_ms(period.min(book.config.max_open)));
+                    let until = now.saturating_add(millis_up(period.min(book.config.max_open)));
                     Word::open(w.next_generation(), until)
                 }
                 (Command::ForceOpen(None), Tag::Manual) if w.manual_mode() == Manual::Isolated => {

@@ -15,9 +15,10 @@ use std::sync::Arc;
 use crate::sync::{MutexGuard, Ordering};
 use std::time::Duration;
 
-use super::{ceil_ms, Book, Shared};
+use super::{Book, Shared};
 use crate::breaker::admission::Permit;
 use crate::breaker::state::{Tag, Word};
+use crate::millis::millis_up;
 use crate::policy::TripReason;
 use crate::State;
 
@@ -122,7 +123,7 @@ impl Shared {
             probes.next_id += 1;
             probes.slots[slot] = Some(Entry {
                 id,
-                deadline_ms: now.saturating_add(ceil_ms(timeout)),
+                deadline_ms: now.saturating_add(millis_up(timeout)),
                 called: false,
             });
             Ticket { slot, id }
@@ -156,7 +157,7 @@ impl Shared {
         if !self.is_half_open_in(generation) {
             return false;
         }
-        let deadline_ms = self.now_ms().saturating_add(ceil_ms(timeout));
+        let deadline_ms = self.now_ms().saturating_add(millis_up(timeout));
         let Some(entry) = book.probes.entry(generation, ticket) else {
             return false;
         };

@@ -4,6 +4,8 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use crate::millis::millis;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -80,10 +82,6 @@ pub(crate) struct Link {
     pub(crate) settings: Arc<LinkSettings>,
 }
 
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// The failures in a row the fleet count opens at, for `policy`: the
 /// smallest consecutive-failures threshold in it, if any.
 fn consecutive_threshold(policy: &TripPolicy) -> Option<u32> {
@@ -105,23 +103,18 @@ impl Link {
 
     fn base(&self, config: &Config, open: Duration, attempt: u32) -> Args {
         Args {
-            open_ms: ms(open),
-            min_open_ms: ms(config.min_open),
+            open_ms: millis(open),
+            min_open_ms: millis(config.min_open),
             // The record outlives its open period by `max_open` at least: a
             // fleet that stops probing forgets an outage only after that.
-            keep_ms: ms(open)
-                .saturating_add(ms(config.max_open.max(Duration::from_secs(60))))
-                .saturating_add(ms(self.settings.probe_lease)),
+            keep_ms: millis(open)
+                .saturating_add(millis(config.max_open.max(Duration::from_secs(60))))
+                .saturating_add(millis(self.settings.probe_lease)),
             attempt,
-            lease_ms: ms(self.settings.probe_lease),
+            lease_ms: millis(self.settings.probe_lease),
             successes: config.successes_to_close,
             ..Args::default()
         }
-    }
-
-    /// Whether failures under `config` are counted fleet-wide.
-    pub(crate) fn counts_failures(&self, config: &Config) -> bool {
-        self.threshold(config).is_some()
     }
 
     fn threshold(&self, config: &Config) -> Option<u32> {
@@ -130,15 +123,17 @@ impl Link {
             .or_else(|| consecutive_threshold(&config.trip))
     }
 
-    /// A closed-state failure: count it in the fleet.
-    pub(crate) fn failure(&self, config: &Config) {
+    /// A closed-state failure: count it in the fleet, if failures under
+    /// `config` are counted fleet-wide (whether they are).
+    pub(crate) fn failure(&self, config: &Config) -> bool {
         let Some(threshold) = self.threshold(config) else {
-            return;
+            return false;
         };
         let mut args = self.base(config, config.open_period(0), 0);
         args.threshold = threshold;
-        args.window_ms = ms(self.settings.failure_window);
+        args.window_ms = millis(self.settings.failure_window);
         self.push(Op::Fail, args);
+        true
     }
 
     /// A closed-state success while the fleet count is not zero.

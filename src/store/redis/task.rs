@@ -8,6 +8,7 @@
 //! exchange has a timeout; a failed or garbled exchange marks Redis
 //! unavailable until one succeeds again.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -27,6 +28,7 @@ use super::link::{Queue, Write};
 use super::script::{invocation, script, Args, Op, Reply};
 use super::{Inner, StoreError, StoreEvent};
 use crate::breaker::shared::Shared;
+use crate::millis::millis;
 
 /// A breaker to share, sent by [`RedisStore::attach`](super::RedisStore::attach).
 pub(crate) struct Attached {
@@ -248,9 +250,25 @@ struct Entry {
 }
 
 impl Entry {
-    fn live(&mut self) -> Vec<Arc<Shared>> {
+    /// Forgets breakers that are gone; whether any is left.
+    fn prune(&mut self) -> bool {
         self.breakers.retain(|b| b.strong_count() > 0);
+        !self.breakers.is_empty()
+    }
+
+    fn live(&mut self) -> Vec<Arc<Shared>> {
+        self.prune();
         self.breakers.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// The fleet closed (generation `generation` if known, with `failures`
+    /// counted since): nothing to probe, every breaker told.
+    fn close(&mut self, breakers: &[Arc<Shared>], generation: Option<u64>, failures: u64) {
+        self.next_probe = None;
+        self.won = None;
+        for breaker in breakers {
+            breaker.fleet_closed(generation, failures);
+        }
     }
 }
 
@@ -450,7 +468,7 @@ impl Task {
             Ok(conn) => conn,
             Err(e) => return self.mark_down(&e),
         };
-        self.entries.retain(|_, e| !e.live().is_empty());
+        self.entries.retain(|_, e| e.prune());
         if self.entries.is_empty() {
             let mut conn = conn;
             return match timeout(self.timing.command_timeout, conn.ping()).await {
@@ -502,31 +520,26 @@ impl Task {
             return;
         }
         let now = Instant::now();
-        let due: Vec<Arc<str>> = self
+        let lease_ms = millis(self.timing.lease);
+        let batch: Vec<Write> = self
             .entries
-            .iter()
+            .iter_mut()
             .filter(|(_, e)| e.next_probe.is_some_and(|at| at <= now))
-            .map(|(name, _)| Arc::clone(name))
-            .collect();
-        if due.is_empty() {
-            return;
-        }
-        for name in &due {
-            if let Some(entry) = self.entries.get_mut(name) {
-                entry.next_probe = None;
-            }
-        }
-        let batch: Vec<Write> = due
-            .into_iter()
-            .map(|escaped| Write {
-                escaped,
-                op: Op::Probe,
-                args: Args {
-                    lease_ms: u64::try_from(self.timing.lease.as_millis()).unwrap_or(u64::MAX),
-                    ..Args::default()
-                },
+            .map(|(name, e)| {
+                e.next_probe = None;
+                Write {
+                    escaped: Arc::clone(name),
+                    op: Op::Probe,
+                    args: Args {
+                        lease_ms,
+                        ..Args::default()
+                    },
+                }
             })
             .collect();
+        if batch.is_empty() {
+            return;
+        }
         self.send(batch).await;
     }
 
@@ -540,9 +553,14 @@ impl Task {
                 return false;
             }
         };
-        let keyed: Vec<(Keys, &Write)> = batch
+        // An attached key's names are made once; a write may come before
+        // its key is attached.
+        let keyed: Vec<(Cow<'_, Keys>, &Write)> = batch
             .iter()
-            .map(|w| (Keys::new(&self.names.prefix, &w.escaped), w))
+            .map(|w| match self.entries.get(&w.escaped) {
+                Some(entry) => (Cow::Borrowed(&entry.keys), w),
+                None => (Cow::Owned(Keys::new(&self.names.prefix, &w.escaped)), w),
+            })
             .collect();
         let (channel, instance, script) = (
             self.names.channel.as_str(),
@@ -617,25 +635,20 @@ impl Task {
                 left_ms,
                 attempt,
             } => {
-                if self.entries.contains_key(escaped.as_str()) {
-                    let reply = Reply::Open {
-                        generation,
-                        left_ms,
-                        attempt,
-                    };
-                    self.apply(&Arc::from(escaped), reply);
-                }
+                let reply = Reply::Open {
+                    generation,
+                    left_ms,
+                    attempt,
+                };
+                self.apply(&escaped, reply);
             }
             Message::Close {
                 escaped,
                 generation,
             } => {
                 if let Some(entry) = self.entries.get_mut(escaped.as_str()) {
-                    entry.next_probe = None;
-                    entry.won = None;
-                    for breaker in entry.live() {
-                        breaker.fleet_closed(Some(generation), 0);
-                    }
+                    let breakers = entry.live();
+                    entry.close(&breakers, Some(generation), 0);
                 }
             }
         }
@@ -643,32 +656,25 @@ impl Task {
     }
 
     /// Brings the local breakers of `escaped` in line with `reply`.
-    fn apply(&mut self, escaped: &Arc<str>, reply: Reply) {
-        let hold_ms = u64::try_from(self.timing.hold.as_millis()).unwrap_or(u64::MAX);
+    fn apply(&mut self, escaped: &str, reply: Reply) {
+        let hold_ms = millis(self.timing.hold);
         let lease = self.timing.lease;
-        let won_before = self.entries.get(escaped).and_then(|e| e.won);
         let Some(entry) = self.entries.get_mut(escaped) else {
             return;
         };
+        let won_before = entry.won;
         let now = Instant::now();
         let breakers = entry.live();
         match reply {
-            Reply::Closed { failures } => {
-                entry.next_probe = None;
-                entry.won = None;
-                for breaker in breakers {
-                    breaker.fleet_closed(None, failures);
-                }
-            }
+            Reply::Closed { failures } => entry.close(&breakers, None, failures),
             Reply::Open {
                 generation,
                 left_ms,
                 attempt,
             } => {
-                let mut follows = false;
-                for breaker in &breakers {
-                    follows |= breaker.fleet_open(generation, left_ms, attempt, hold_ms, false);
-                }
+                let follows = follow(&breakers, |b| {
+                    b.fleet_open(generation, left_ms, attempt, hold_ms, false)
+                });
                 if !follows {
                     // Nothing here waits for a probe (closed here already,
                     // or held by an operator): the refresh keeps watching.
@@ -712,15 +718,20 @@ impl Task {
                 lease_ms,
                 attempt,
             } => {
-                let mut follows = false;
-                for breaker in &breakers {
-                    follows |= breaker.fleet_open(generation, lease_ms, attempt, hold_ms, true);
-                }
+                let follows = follow(&breakers, |b| {
+                    b.fleet_open(generation, lease_ms, attempt, hold_ms, true)
+                });
                 entry.won = None;
                 entry.next_probe = follows.then(|| now + retry_in(lease_ms));
             }
         }
     }
+}
+
+/// Tells every breaker with `open`; whether any of them follows the
+/// fleet's opening (each is told, whatever the others said).
+fn follow(breakers: &[Arc<Shared>], open: impl Fn(&Shared) -> bool) -> bool {
+    breakers.iter().fold(false, |follows, b| open(b) | follows)
 }
 
 /// When to try the probe lock again, `ms` from now: never at once, so that
