@@ -112,6 +112,27 @@ async fn synced(instances: &[Instance]) {
     .await;
 }
 
+/// `n` instances on `server` under `prefix`, each with its breaker under
+/// `config` in front of `upstream`, every one synced.
+async fn synced_fleet(
+    n: usize,
+    server: &RedisServer,
+    prefix: &str,
+    config: &Config,
+    upstream: &Upstream,
+) -> Vec<Instance> {
+    let fleet: Vec<Instance> = (0..n)
+        .map(|_| Instance::new(store(server, prefix), config.clone(), upstream))
+        .collect();
+    synced(&fleet).await;
+    fleet
+}
+
+/// Waits until every instance's breaker is in `state`.
+async fn all_in(fleet: &[Instance], state: State, what: &str) {
+    eventually(what, || fleet.iter().all(|i| i.state() == state)).await;
+}
+
 #[tokio::test]
 async fn failures_split_across_three_instances_open_all_three_by_pubsub() {
     let server = RedisServer::start();
@@ -158,10 +179,7 @@ async fn failures_split_across_three_instances_open_all_three_by_pubsub() {
         })
         .await;
     }
-    eventually("all three open", || {
-        fleet.iter().all(|i| i.state() == State::Open)
-    })
-    .await;
+    all_in(&fleet, State::Open, "all three open").await;
     for ((instance, events), refreshes) in fleet.iter_mut().zip(&mut transitions).zip(refreshes) {
         assert_eq!(
             instance.store.stats().refreshes,
@@ -185,15 +203,9 @@ async fn eight_instances_send_at_most_one_probe_per_open_period() {
     let server = RedisServer::start();
     let upstream = Upstream::failing();
     let open = Duration::from_millis(300);
-    let mut fleet: Vec<Instance> = (0..8)
-        .map(|_| Instance::new(store(&server, "eight"), config("llm", 1, open), &upstream))
-        .collect();
-    synced(&fleet).await;
+    let mut fleet = synced_fleet(8, &server, "eight", &config("llm", 1, open), &upstream).await;
     assert_eq!(fleet[0].request().await, Answer::Failed);
-    eventually("all eight open", || {
-        fleet.iter().all(|i| i.state() == State::Open)
-    })
-    .await;
+    all_in(&fleet, State::Open, "all eight open").await;
     let before = upstream.calls();
     let started = Instant::now();
     // Every instance sends a request every 10 ms for 3 s.
@@ -239,17 +251,11 @@ async fn two_successes_close_it_for_all_and_min_open_holds() {
         .probes(1)
         .build()
         .unwrap();
-    let mut fleet: Vec<Instance> = (0..3)
-        .map(|_| Instance::new(store(&server, "close"), config.clone(), &upstream))
-        .collect();
-    synced(&fleet).await;
+    let mut fleet = synced_fleet(3, &server, "close", &config, &upstream).await;
     let mut closings = fleet[2].breaker.subscribe();
     assert_eq!(fleet[0].request().await, Answer::Failed);
     let opened = Instant::now();
-    eventually("all open", || {
-        fleet.iter().all(|i| i.state() == State::Open)
-    })
-    .await;
+    all_in(&fleet, State::Open, "all open").await;
     // The provider recovers at once; probes would succeed immediately.
     upstream.recover();
     let mut successes = 0;
@@ -266,10 +272,7 @@ async fn two_successes_close_it_for_all_and_min_open_holds() {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    eventually("all three closed", || {
-        fleet.iter().all(|i| i.state() == State::Closed)
-    })
-    .await;
+    all_in(&fleet, State::Closed, "all three closed").await;
     assert!(
         opened.elapsed() >= min_open,
         "closed before min_open had passed"
@@ -290,15 +293,9 @@ async fn a_prober_that_dies_frees_the_probe_lock_by_expiry() {
     let server = RedisServer::start();
     let upstream = Upstream::failing();
     let config = config("llm", 1, Duration::from_millis(200));
-    let mut fleet: Vec<Instance> = (0..2)
-        .map(|_| Instance::new(store(&server, "dies"), config.clone(), &upstream))
-        .collect();
-    synced(&fleet).await;
+    let mut fleet = synced_fleet(2, &server, "dies", &config, &upstream).await;
     assert_eq!(fleet[0].request().await, Answer::Failed);
-    eventually("both open", || {
-        fleet.iter().all(|i| i.state() == State::Open)
-    })
-    .await;
+    all_in(&fleet, State::Open, "both open").await;
     // Nobody sends a request: whoever wins the lock when the period ends
     // holds it without probing.
     eventually("a lock won", || {
@@ -741,10 +738,7 @@ async fn an_outage_seen_and_over_while_redis_was_down_does_not_open_the_fleet_la
     let mut server = RedisServer::start();
     let upstream = Upstream::default();
     let config = config("llm", 2, Duration::from_millis(200));
-    let mut fleet: Vec<Instance> = (0..2)
-        .map(|_| Instance::new(store(&server, "stale"), config.clone(), &upstream))
-        .collect();
-    synced(&fleet).await;
+    let mut fleet = synced_fleet(2, &server, "stale", &config, &upstream).await;
     let mut events: Vec<_> = fleet.iter().map(|i| i.store.subscribe()).collect();
     server.kill();
     for events in &mut events {
