@@ -90,7 +90,7 @@
 #[path = "common/driver.rs"]
 mod driver;
 
-use driver::{call_once, drive, expect_served, noop_waker, not_ready};
+use driver::{call_once, drive, noop_waker, not_ready};
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::error::Error;
@@ -291,6 +291,22 @@ impl Scenario {
     fn versus(mut self, ours: &'static str) -> Self {
         self.versus = Some(ours);
         self
+    }
+}
+
+/// Checks that one call through `svc` is served and returns its request.
+// Kept here rather than in the shared driver (as `benches/fleet.rs` could
+// use it): moved there, it shifted every row of this bench by 1 to 15 ns,
+// measured, through where the compiler placed the measured loops.
+fn expect_served<S, E>(name: &str, svc: &mut S)
+where
+    S: Service<u64, Response = u64, Error = E>,
+    E: fmt::Debug,
+{
+    let mut cx = Context::from_waker(noop_waker());
+    match call_once(svc, &mut cx, 7) {
+        Poll::Ready(Ok(7)) => {}
+        other => panic!("{name}: expected the call to be served, got {other:?}"),
     }
 }
 

@@ -34,19 +34,6 @@ pub fn call_once<S: Service<u64>>(
     future.poll(cx)
 }
 
-/// Checks that one call through `svc` is served and returns its request.
-pub fn expect_served<S>(name: &str, svc: &mut S)
-where
-    S: Service<u64, Response = u64>,
-    S::Error: std::fmt::Debug,
-{
-    let mut cx = Context::from_waker(noop_waker());
-    match call_once(svc, &mut cx, 7) {
-        Poll::Ready(Ok(7)) => {}
-        other => panic!("{name}: expected the call to be served, got {other:?}"),
-    }
-}
-
 #[cold]
 #[inline(never)]
 pub fn not_ready() -> ! {
