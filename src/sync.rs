@@ -6,11 +6,11 @@
 //! for its own models and would not build with it.)
 
 #[cfg(not(tcb_loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 #[cfg(not(tcb_loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
 #[cfg(tcb_loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 #[cfg(tcb_loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};

@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use tokio::time::advance;
+use tower::{Service, ServiceExt};
 use tower_circuit_breaker::policy::{
     ConsecutiveFailures, CountWindow, PolicyFigures, SlowCalls, TimeWindow, TripPolicy, TripReason,
 };
@@ -45,8 +46,14 @@ fn assert_tripped(h: &Harness, reason: TripReason) {
 
 /// Asserts the breaker's policy shows `figures`.
 #[track_caller]
+fn assert_figures_of(breaker: &Breaker, figures: PolicyFigures) {
+    assert_eq!(breaker.snapshot().policy, figures);
+}
+
+/// Asserts the harness's breaker's policy shows `figures`.
+#[track_caller]
 fn assert_figures(h: &Harness, figures: PolicyFigures) {
-    assert_eq!(h.breaker.snapshot().policy, figures);
+    assert_figures_of(&h.breaker, figures);
 }
 
 /// Asserts the breaker is closed and its policy shows `figures`.
@@ -298,6 +305,76 @@ async fn time_window_failures_still_inside_the_window_count() {
     advance(Duration::from_secs(5)).await;
     h.fail(1).await;
     assert_tripped(&h, failure_rate_trip(4, 4));
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_window_successes_count_in_the_bucket_of_their_own_time() {
+    let mut h = Harness::new(time_window(10, 0.5));
+    h.succeed(6).await;
+    advance(Duration::from_secs(3)).await;
+    h.succeed(4).await;
+    // At 11.5 s the window holds the buckets from 2 s on: the four
+    // successes made at 3 s count, the six made at 0 s no longer do.
+    advance(Duration::from_millis(8_500)).await;
+    h.fail(5).await;
+    assert_eq!(h.state(), State::Closed, "5 failures in 9 calls");
+    next_call_trips(&mut h, Call::Fail, failure_rate_trip(6, 10)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_window_a_success_that_brings_the_calls_to_min_calls_at_the_rate_trips_it() {
+    let mut h = Harness::new(time_window(4, 0.5));
+    h.fail(2).await;
+    h.succeed(1).await;
+    // 2 failures in 4 calls: at the rate, with enough calls.
+    next_call_trips(&mut h, Call::Ok, failure_rate_trip(2, 4)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_window_success_in_flight_when_it_trips_is_stale_and_not_counted() {
+    let mut h = Harness::new(time_window(2, 0.5));
+    h.succeed(3).await;
+    let mut other = h.svc.clone();
+    let in_flight = other.ready().await.unwrap().call(Call::SlowOk(SEC));
+    // 2 failures in 5 calls, then 3 in 6: at the rate.
+    h.fail(2).await;
+    next_call_opens(&mut h, Call::Fail).await;
+    assert!(in_flight.await.is_ok());
+    let snapshot = h.breaker.snapshot();
+    assert_eq!(snapshot.counts.stale, 1);
+    assert_eq!(last_trip(&h), Some(failure_rate_trip(3, 6)));
+}
+
+/// Every success of clones on several threads counts, however many share a
+/// tally's word, and past the most a word holds before it is folded in.
+#[test]
+fn time_window_counts_every_success_of_clones_on_several_threads() {
+    let breaker = common::breaker(
+        TimeWindow::new(Duration::from_secs(3_600))
+            .min_calls(1_000_000)
+            .failure_rate(0.5),
+    );
+    let calls = [70_000, 5_000, 5_000, 5_000, 5_000];
+    std::thread::scope(|scope| {
+        for n in calls {
+            let breaker = &breaker;
+            scope.spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async {
+                    let mut h = Harness::with_breaker(breaker.clone());
+                    h.succeed(n).await;
+                });
+            });
+        }
+    });
+    // A window of an hour in buckets of six minutes: every call is inside.
+    assert_figures_of(
+        &breaker,
+        time_window_figures(calls.iter().sum::<usize>() as u32, 0),
+    );
 }
 
 // ---------------------------------------------------------------------------

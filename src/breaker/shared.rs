@@ -15,10 +15,12 @@
 mod fleet;
 mod manual;
 mod probes;
+mod tally;
 
 pub(crate) use manual::Command;
 use probes::ProbeBook;
 pub(crate) use probes::Ticket;
+use tally::Tally;
 
 use std::fmt;
 use std::sync::{Arc, OnceLock, Weak};
@@ -36,11 +38,18 @@ use crate::events::Transition;
 use crate::millis::millis_up;
 use crate::policy::{PolicyState, Sample, TripReason};
 use crate::probe::{Prober, Turn};
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
 use crate::{Counts, Snapshot, State};
 
 /// Transitions a subscriber may fall behind by before it skips ahead.
 pub(crate) const EVENT_CAPACITY: usize = 64;
+
+/// A closed-state success changes nothing: skip it.
+const QUIET: u8 = 0;
+/// A closed-state success only adds a call to a bucket of time: tally it.
+const TALLY: u8 = 1;
+/// A closed-state success could change the policy's verdict: record it.
+const RECORD: u8 = 2;
 
 /// Keeps hot, read-mostly fields off the cache lines that slow paths write.
 #[repr(align(128))]
@@ -48,9 +57,10 @@ struct Padded<T>(T);
 
 struct Hot {
     word: AtomicU64,
-    /// Whether a closed-state success must be recorded. While false, a
-    /// success writes nothing shared.
-    success_matters: AtomicBool,
+    /// What a closed-state success does: nothing ([`QUIET`], it writes
+    /// nothing shared), add to the tally ([`TALLY`]), or take the lock to be
+    /// recorded ([`RECORD`]).
+    success: AtomicU8,
     /// Earliest deadline of an in-flight probe, or `u64::MAX`.
     probe_deadline_ms: AtomicU64,
     /// Shadow mode: every refusal becomes a pass (read on refusals only).
@@ -111,6 +121,12 @@ struct Tuning {
     max_open_ms: AtomicU64,
     probe_timeout: AtomicBool,
     needs_clock: AtomicBool,
+    /// The policy counts calls in buckets of time: successes that do not
+    /// matter go to the tally.
+    tallies: AtomicBool,
+    /// The lowest slow-call threshold in nanoseconds (`u64::MAX`: none): a
+    /// slower success is always recorded.
+    slow_ns: AtomicU64,
 }
 
 pub(crate) struct Shared {
@@ -119,6 +135,9 @@ pub(crate) struct Shared {
     hot: Padded<Hot>,
     counters: Padded<Counters>,
     book: Mutex<Book>,
+    /// Successes counted without the lock, made on the first tuning to a
+    /// policy that counts calls in time.
+    tally: OnceLock<Box<Tally>>,
     pub(crate) clones: Clones,
     /// Made on first subscription: unsubscribed breakers pay nothing.
     events: OnceLock<broadcast::Sender<Transition>>,
@@ -150,13 +169,15 @@ impl Shared {
             tuning: Tuning::default(),
             hot: Padded(Hot {
                 word: AtomicU64::new(Word::closed(0).0),
-                success_matters: AtomicBool::new(policy.success_matters()),
+                // Set by `tuned`, which knows whether the policy tallies.
+                success: AtomicU8::new(QUIET),
                 probe_deadline_ms: AtomicU64::new(u64::MAX),
                 shadow: AtomicBool::new(false),
                 retired: AtomicBool::new(false),
                 needs_latency: AtomicBool::new(false),
             }),
             counters: Padded(Counters::default()),
+            tally: OnceLock::new(),
             clones: Clones::default(),
             book: Mutex::new(Book {
                 policy,
@@ -186,7 +207,10 @@ impl Shared {
     /// Copies what lock-free paths read of `config` into atomics, and sizes
     /// the probe book.
     fn tuned(self, config: &Config) -> Self {
-        self.tune(&mut self.lock(), config);
+        let mut book = self.lock();
+        self.tune(&mut book, config);
+        self.refresh_success_flag(&book);
+        drop(book);
         self
     }
 
@@ -203,6 +227,15 @@ impl Shared {
             .store(config.trip.needs_latency(), Ordering::Relaxed);
         t.needs_clock
             .store(config.trip.needs_clock(), Ordering::Relaxed);
+        let slow_ns = config.trip.slow_threshold().map_or(u64::MAX, |d| {
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+        });
+        t.slow_ns.store(slow_ns, Ordering::Relaxed);
+        let tallies = book.policy.tally_end(0).is_some();
+        if tallies {
+            self.tally.get_or_init(|| Box::new(Tally::new()));
+        }
+        t.tallies.store(tallies, Ordering::Relaxed);
         let slots = if config.probe_timeout.is_some() {
             config.probes as usize
         } else {
@@ -221,6 +254,7 @@ impl Shared {
         let mut book = self.lock();
         if book.config.trip != config.trip {
             book.policy = PolicyState::new(&config.trip);
+            self.discard_tally();
         }
         self.tune(&mut book, &config);
         book.config = config;
@@ -452,9 +486,82 @@ impl Shared {
             Outcome::Ignore => {
                 self.counters.0.ignored.fetch_add(1, Ordering::Relaxed);
             }
-            // The common case: nothing to reset, nothing to write.
-            Outcome::Success if !self.hot.0.success_matters.load(Ordering::Relaxed) => {}
-            _ => self.record_closed_slow(generation, outcome == Outcome::Failure, hint, timing),
+            Outcome::Success => {
+                let mode = self.hot.0.success.load(Ordering::Relaxed);
+                // The common case: nothing to reset, nothing to write.
+                if mode == QUIET && timing.is_none() {
+                    return;
+                }
+                self.record_success(generation, mode, hint, timing);
+            }
+            Outcome::Failure => self.record_closed_slow(generation, true, hint, timing),
+        }
+    }
+
+    /// A closed-state success that a policy may need: recorded under the
+    /// lock when it could change a verdict or may be a slow call, tallied
+    /// when it only adds a call to a bucket of time, and skipped otherwise.
+    fn record_success(
+        &self,
+        generation: u32,
+        mode: u8,
+        hint: Option<Duration>,
+        timing: Option<(Duration, Instant)>,
+    ) {
+        let slow = timing.is_some_and(|(elapsed, _)| {
+            elapsed.as_nanos() > u128::from(self.tuning.slow_ns.load(Ordering::Relaxed))
+        });
+        match mode {
+            _ if slow => {}
+            QUIET => return,
+            TALLY if self.tally_success(generation, timing) => return,
+            _ => {}
+        }
+        self.record_closed_slow(generation, false, hint, timing);
+    }
+
+    /// Adds a success of closed generation `generation` to the tally; false
+    /// when it must be recorded under the lock instead (the breaker has
+    /// moved on, which the lock finds stale, or the tally cannot take it).
+    fn tally_success(&self, generation: u32, timing: Option<(Duration, Instant)>) -> bool {
+        let Some(tally) = self.tally.get() else {
+            return false;
+        };
+        if self.load() != Word::closed(generation) {
+            return false;
+        }
+        let now = match timing {
+            Some((_, end)) => self.ms_at(end),
+            None => self.now_ms(),
+        };
+        tally.add(generation, now)
+    }
+
+    /// Folds the tally into the policy, each success at its bucket, when
+    /// the breaker is closed in the generation it counted for, and arms it
+    /// for the bucket `now` falls in; under the lock.
+    fn fold_tally(&self, book: &mut Book, w: Word, now: u64) {
+        let Some(tally) = self.tally.get() else {
+            return;
+        };
+        let closed = (w == Word::closed(w.generation())).then(|| w.generation());
+        let armed = closed.and_then(|generation| {
+            book.policy
+                .tally_end(now)
+                .map(|end_ms| (generation, end_ms))
+        });
+        for drained in tally.drain(armed) {
+            if closed.is_some_and(|generation| drained.counts_for(generation)) {
+                book.policy
+                    .add_successes(drained.count, drained.end_ms.saturating_sub(1));
+            }
+        }
+    }
+
+    /// Forgets the tally: the policy starts afresh.
+    fn discard_tally(&self) {
+        if let Some(tally) = self.tally.get() {
+            tally.drain(None);
         }
     }
 
@@ -481,6 +588,8 @@ impl Shared {
             }
             None => (None, 0),
         };
+        // The successes tallied so far come first, each in its own bucket.
+        self.fold_tally(&mut book, w, now);
         if failure {
             self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
             self.note_hint(&mut book, hint, now);
@@ -509,6 +618,7 @@ impl Shared {
             return;
         }
         book.policy.reset();
+        self.discard_tally();
         self.refresh_success_flag(&book);
         #[cfg(feature = "redis")]
         self.fleet_opened(&mut book, until.saturating_sub(now));
@@ -551,6 +661,7 @@ impl Shared {
         book.hint_until_ms = None;
         book.since_ms = self.now_ms();
         book.policy.reset();
+        self.discard_tally();
         self.forget_probes(&mut book);
         self.refresh_success_flag(&book);
         self.announce(book, self.transition(from, next, reason, None));
@@ -561,9 +672,16 @@ impl Shared {
         // A fleet count known to hold failures is reset by a success.
         #[cfg(feature = "redis")]
         let matters = matters || book.fleet.failures;
+        let mode = if matters {
+            RECORD
+        } else if self.tuning.tallies.load(Ordering::Relaxed) {
+            TALLY
+        } else {
+            QUIET
+        };
         // Write only on change: the flag shares a line with the state word.
-        if self.hot.0.success_matters.load(Ordering::Relaxed) != matters {
-            self.hot.0.success_matters.store(matters, Ordering::Relaxed);
+        if self.hot.0.success.load(Ordering::Relaxed) != mode {
+            self.hot.0.success.store(mode, Ordering::Relaxed);
         }
     }
 
@@ -662,10 +780,11 @@ impl Shared {
         self.hot.0.retired.load(Ordering::Acquire)
     }
 
-    /// Whether a success would change the trip policy's state (a closed
-    /// breaker with nothing to forget is the cheapest to evict).
+    /// Whether the trip policy holds anything a success would change or
+    /// that counts toward a verdict (a closed breaker with nothing to
+    /// forget is the cheapest to evict).
     pub(crate) fn holds_failures(&self) -> bool {
-        self.hot.0.success_matters.load(Ordering::Relaxed)
+        self.hot.0.success.load(Ordering::Relaxed) != QUIET
     }
 
     /// Probes actively from now on (see [`crate::probe`]); starts at once if
@@ -795,9 +914,10 @@ impl Shared {
         let (calls, rejected) = self.clones.totals();
         let calls = calls + self.counters.0.calls.load(Ordering::Relaxed);
         let rejected = rejected + self.counters.0.rejected.load(Ordering::Relaxed);
-        let book = self.lock();
+        let mut book = self.lock();
         let w = self.load();
         let now = self.now_ms();
+        self.fold_tally(&mut book, w, now);
         let state = state_at(w, now);
         let since = match w.tag() {
             Tag::Open if now >= w.open_until_ms() => w.open_until_ms(),
@@ -887,4 +1007,71 @@ fn next_unit(state: &mut u64) -> f64 {
     x ^= x << 17;
     *state = x;
     (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(all(test, not(tcb_loom)))]
+mod tests {
+    use super::*;
+    use crate::policy::{CountWindow, SlowCalls, TimeWindow, TripPolicy};
+
+    fn shared(policy: impl Into<TripPolicy>) -> Arc<Shared> {
+        Shared::new_arc(Config::builder().trip(policy).build().unwrap())
+    }
+
+    fn mode(shared: &Shared) -> u8 {
+        shared.hot.0.success.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn time_window_successes_go_to_the_tally_not_the_lock() {
+        let shared = shared(TimeWindow::new(Duration::from_secs(3_600)));
+        assert_eq!(mode(&shared), TALLY);
+        for _ in 0..10 {
+            shared.record_closed(0, Outcome::Success, None, None);
+        }
+        // The first took the lock, which armed the tally for the rest.
+        let tally = shared.tally.get().unwrap();
+        let tallied: u32 = tally.drain(None).iter().map(|d| d.count).sum();
+        assert_eq!(tallied, 9);
+    }
+
+    #[test]
+    fn a_time_window_near_its_rate_records_successes_at_once() {
+        let shared = shared(
+            TimeWindow::new(Duration::from_secs(3_600))
+                .min_calls(4)
+                .failure_rate(0.5),
+        );
+        shared.record_closed(0, Outcome::Failure, None, None);
+        assert_eq!(mode(&shared), TALLY, "1 failure in 4 calls would not trip");
+        shared.record_closed(0, Outcome::Failure, None, None);
+        assert_eq!(mode(&shared), RECORD, "2 failures in 4 calls would");
+    }
+
+    #[test]
+    fn slow_calls_over_calls_skip_fast_successes_once_the_window_is_full_and_fast() {
+        let shared = shared(
+            SlowCalls::new(Duration::from_secs(1))
+                .over_calls(3)
+                .min_calls(3),
+        );
+        let fast = Some((Duration::from_millis(10), Instant::now()));
+        for _ in 0..2 {
+            shared.record_closed(0, Outcome::Success, None, fast);
+            assert_eq!(mode(&shared), RECORD, "the window is still filling");
+        }
+        shared.record_closed(0, Outcome::Success, None, fast);
+        assert_eq!(mode(&shared), QUIET);
+        assert!(
+            shared.tally.get().is_none(),
+            "a window of calls tallies nothing"
+        );
+    }
+
+    #[test]
+    fn policies_without_time_windows_never_tally() {
+        let shared = shared(CountWindow::new(2, 5));
+        assert_eq!(mode(&shared), QUIET);
+        assert!(shared.tally.get().is_none());
+    }
 }

@@ -114,6 +114,17 @@ impl TripPolicy {
             _ => false,
         }
     }
+
+    /// The lowest slow-call threshold: a success slower than it may be a
+    /// slow call and is always recorded.
+    pub(crate) fn slow_threshold(&self) -> Option<Duration> {
+        match self {
+            TripPolicy::SlowCalls(p) => Some(p.threshold()),
+            TripPolicy::Adaptive(p) => p.fallback_policy().slow_threshold(),
+            TripPolicy::AnyOf(list) => list.iter().filter_map(TripPolicy::slow_threshold).min(),
+            _ => None,
+        }
+    }
 }
 
 impl Default for TripPolicy {
@@ -364,17 +375,56 @@ impl PolicyState {
         }
     }
 
-    /// Whether a success could change this policy's state. When it cannot,
-    /// the breaker skips recording successes altogether. An adaptive policy
-    /// learns from every success.
+    /// Whether a success (no slower than any slow-call threshold) must be
+    /// recorded at once, under the breaker's lock. When it need not, the
+    /// breaker skips it, or, for policies that count calls in time, adds it
+    /// to a tally of successes folded in later (see [`Self::tally_end`]).
+    /// An adaptive policy learns from every success.
     pub(crate) fn success_matters(&self) -> bool {
         match self {
             PolicyState::Consecutive(p) => p.success_matters(),
             PolicyState::CountWindow(p) => p.success_matters(),
-            PolicyState::TimeWindow(_) | PolicyState::SlowCalls(_) | PolicyState::Adaptive(_) => {
-                true
-            }
+            PolicyState::TimeWindow(p) => p.success_matters(),
+            PolicyState::SlowCalls(p) => p.success_matters(),
+            PolicyState::Adaptive(_) => true,
             PolicyState::AnyOf(list) => list.iter().any(PolicyState::success_matters),
+        }
+    }
+
+    /// For policies that count calls in buckets of time: until when a
+    /// success made at `now_ms` falls in the same bucket of every such
+    /// policy, so that successes made before then may be counted together.
+    /// `None` when no policy counts calls in time (an adaptive policy
+    /// records every success itself).
+    pub(crate) fn tally_end(&mut self, now_ms: u64) -> Option<u64> {
+        let mut end: Option<u64> = None;
+        self.each_buckets(&mut |buckets| {
+            let bucket_end = buckets.bucket_end(now_ms);
+            end = Some(end.map_or(bucket_end, |end| end.min(bucket_end)));
+        });
+        end
+    }
+
+    /// Counts `count` successes made at `at_ms` that were tallied rather
+    /// than recorded: calls that are not hits, in every policy that counts
+    /// calls in time. (The others skip such successes, as they are only
+    /// tallied while no success matters.)
+    pub(crate) fn add_successes(&mut self, count: u32, at_ms: u64) {
+        self.each_buckets(&mut |buckets| buckets.add_calls(count, at_ms));
+    }
+
+    fn each_buckets(&mut self, f: &mut impl FnMut(&mut time_window::Buckets)) {
+        match self {
+            PolicyState::TimeWindow(p) => f(p.buckets()),
+            PolicyState::SlowCalls(p) => {
+                if let Some(buckets) = p.buckets() {
+                    f(buckets);
+                }
+            }
+            PolicyState::AnyOf(list) => list.iter_mut().for_each(|p| p.each_buckets(f)),
+            PolicyState::Consecutive(_)
+            | PolicyState::CountWindow(_)
+            | PolicyState::Adaptive(_) => {}
         }
     }
 

@@ -196,6 +196,27 @@ impl SlowRate {
         }
     }
 
+    /// Whether a call no slower than the threshold must be recorded at
+    /// once. Over calls: while the ring is filling or holds a slow call (a
+    /// fast one then moves the window). Over time: only while it could
+    /// trip, as for [`TimeWindow`](super::TimeWindow).
+    pub(crate) fn success_matters(&self) -> bool {
+        match &self.counter {
+            Counter::Calls(ring) => ring.hits > 0 || (ring.filled as usize) < ring.slow.len(),
+            Counter::Time(buckets) => {
+                trips(self.min_calls, buckets.hits(), self.min_calls, self.rate)
+            }
+        }
+    }
+
+    /// The calls a fast call is counted with in time, if counted in time.
+    pub(crate) fn buckets(&mut self) -> Option<&mut Buckets> {
+        match &mut self.counter {
+            Counter::Calls(_) => None,
+            Counter::Time(buckets) => Some(buckets),
+        }
+    }
+
     pub(crate) fn reset(&mut self) {
         match &mut self.counter {
             Counter::Calls(ring) => {

@@ -211,6 +211,39 @@ impl Buckets {
         }
     }
 
+    /// Adds `count` calls that were not hits at `at_ms`: into the bucket
+    /// that time falls in while it is inside the window (dropped once it has
+    /// left it), moving the window forward first if `at_ms` is past it.
+    pub(crate) fn add_calls(&mut self, count: u32, at_ms: u64) {
+        self.advance(at_ms);
+        let index = at_ms / self.bucket_ms;
+        let len = self.slots.len();
+        // `advance` leaves `index <= head_index`: an older time is counted
+        // where it belongs, a time in the newest bucket counts in it.
+        let back = self.head_index.saturating_sub(index);
+        if back >= len as u64 {
+            return;
+        }
+        let slot = &mut self.slots[(self.head_slot + len - back as usize) % len];
+        let count = count.min(u32::MAX - slot.calls).min(u32::MAX - self.calls);
+        slot.calls += count;
+        self.calls += count;
+    }
+
+    /// The end of the bucket that `now_ms` falls in: calls made before it
+    /// may be counted together, at any time before it.
+    pub(crate) fn bucket_end(&self, now_ms: u64) -> u64 {
+        (now_ms / self.bucket_ms)
+            .saturating_add(1)
+            .saturating_mul(self.bucket_ms)
+    }
+
+    /// Hits over the window as last moved forward (a bound on the hits it
+    /// holds at any later time).
+    pub(crate) fn hits(&self) -> u32 {
+        self.hits
+    }
+
     /// (calls, hits) over the buckets still inside the window at `now_ms`.
     pub(crate) fn totals(&self, now_ms: u64) -> (u32, u32) {
         if now_ms < self.head_end_ms {
@@ -264,6 +297,23 @@ impl FailureRate {
         self.buckets.totals(now_ms)
     }
 
+    /// Whether a success could trip it, and so must be recorded at once:
+    /// only while the failures held would reach the rate over `min_calls`
+    /// calls. Otherwise a success only adds a call, which may be counted
+    /// later, in the bucket of its time.
+    pub(crate) fn success_matters(&self) -> bool {
+        trips(
+            self.min_calls,
+            self.buckets.hits(),
+            self.min_calls,
+            self.rate,
+        )
+    }
+
+    pub(crate) fn buckets(&mut self) -> &mut Buckets {
+        &mut self.buckets
+    }
+
     pub(crate) fn reset(&mut self) {
         self.buckets.reset();
     }
@@ -274,4 +324,38 @@ impl FailureRate {
 /// the same `f64` as `0.28`, so a rate exactly at the threshold trips.
 pub(crate) fn trips(calls: u32, hits: u32, min_calls: u32, rate: f64) -> bool {
     calls >= min_calls && calls > 0 && hits as f64 / calls as f64 >= rate
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ten buckets of 100 ms.
+    fn buckets() -> Buckets {
+        Buckets::new(Duration::from_secs(1), 10)
+    }
+
+    #[test]
+    fn calls_added_late_count_in_the_bucket_of_their_time() {
+        let mut b = buckets();
+        // The window now covers 1,000 to 2,000 ms.
+        b.add(true, 1_950);
+        // Made at 1,120 ms: inside it, in the bucket of 1,100-1,200 ms.
+        b.add_calls(5, 1_120);
+        assert_eq!(b.totals(1_950), (6, 1));
+        // At 2,150 ms the window starts at 1,200 ms: they have left it.
+        assert_eq!(b.totals(2_150), (1, 1));
+        // Made before the window: not counted at all.
+        b.add_calls(3, 950);
+        assert_eq!(b.totals(1_999), (6, 1));
+    }
+
+    #[test]
+    fn calls_added_past_the_newest_bucket_move_the_window() {
+        let mut b = buckets();
+        b.add(true, 10);
+        b.add_calls(4, 1_050);
+        assert_eq!(b.totals(1_050), (4, 0), "the failure at 10 ms left");
+        assert_eq!(b.bucket_end(1_050), 1_100);
+    }
 }

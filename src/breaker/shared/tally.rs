@@ -1,0 +1,187 @@
+//! Successes counted without the breaker's lock, for policies that count
+//! calls in buckets of time (time windows, slow calls over time).
+//!
+//! Such a policy needs every success as a call, but a success can trip it
+//! only when the failures held are already near the rate; the rest of the
+//! time a success merely adds one to the calls of the bucket it falls in.
+//! Those successes go to a tally instead of the lock: a few words, each on a
+//! cache line of its own, and each thread adds to one of them (threads take
+//! the words in turn), so two threads calling one breaker write different
+//! lines. A word counts successes of one closed generation up to the end of
+//! one bucket; whoever next takes the lock (a failure, a success once the
+//! word's bucket has ended, a snapshot) folds every word's count into the
+//! policy at its bucket, so each success is counted in the bucket of its
+//! own time, as if it had been recorded at once.
+//!
+//! A word holds the end of its bucket (40 bits of milliseconds since the
+//! breaker's epoch), the low 8 bits of the closed generation it counts for,
+//! and the count (16 bits). A success adds one with a compare-and-swap, and
+//! only to a word for its generation whose bucket has not ended and whose
+//! count is not full: otherwise it takes the lock. Any change to the word
+//! between the check and the swap makes the swap fail, so a success never
+//! lands in a word re-armed for a later bucket or generation.
+
+use std::cell::Cell;
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// Words per breaker: one per thread for up to this many threads.
+pub(super) const STRIPES: usize = 4;
+
+const COUNT_BITS: u32 = 16;
+const GENERATION_BITS: u32 = 8;
+const END_SHIFT: u32 = COUNT_BITS + GENERATION_BITS;
+const COUNT_FULL: u64 = (1 << COUNT_BITS) - 1;
+/// Bucket ends beyond this (34 years after the breaker was made) are not
+/// tallied: every success is then recorded under the lock.
+const MAX_END_MS: u64 = (1 << (64 - END_SHIFT)) - 1;
+
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+/// The tally of one breaker.
+pub(super) struct Tally {
+    lines: [Line; STRIPES],
+}
+
+/// What a word held when it was drained: `count` successes made before
+/// `end_ms`, in closed generation `generation` (its low 8 bits).
+pub(super) struct Drained {
+    pub(super) count: u32,
+    pub(super) end_ms: u64,
+    generation: u8,
+}
+
+impl Drained {
+    /// Whether these successes belong to closed generation `generation`.
+    pub(super) fn counts_for(&self, generation: u32) -> bool {
+        self.count > 0 && self.generation == generation as u8
+    }
+}
+
+impl Tally {
+    pub(super) fn new() -> Self {
+        Tally {
+            lines: std::array::from_fn(|_| Line(AtomicU64::new(0))),
+        }
+    }
+
+    /// Counts one success made at `now_ms` in closed generation
+    /// `generation`. False when this thread's word cannot take it (not armed
+    /// for that generation, its bucket ended, or full): record it under the
+    /// lock, which drains and re-arms every word.
+    #[inline]
+    pub(super) fn add(&self, generation: u32, now_ms: u64) -> bool {
+        let line = &self.lines[stripe()].0;
+        let mut word = line.load(Ordering::Relaxed);
+        loop {
+            if now_ms >= word >> END_SHIFT
+                || (word >> COUNT_BITS) as u8 != generation as u8
+                || word & COUNT_FULL == COUNT_FULL
+            {
+                return false;
+            }
+            // Relaxed: the count is only ever read by a swap on this same
+            // word, which sees every increment before it.
+            match line.compare_exchange_weak(word, word + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Empties every word, arming each for the successes of `generation`
+    /// made before `end_ms` (or for none), and returns what they held.
+    pub(super) fn drain(&self, armed: Option<(u32, u64)>) -> [Drained; STRIPES] {
+        let next = match armed {
+            Some((generation, end_ms)) if end_ms <= MAX_END_MS => {
+                end_ms << END_SHIFT | u64::from(generation as u8) << COUNT_BITS
+            }
+            _ => 0,
+        };
+        std::array::from_fn(|i| {
+            let word = self.lines[i].0.swap(next, Ordering::Relaxed);
+            Drained {
+                count: (word & COUNT_FULL) as u32,
+                end_ms: word >> END_SHIFT,
+                generation: (word >> COUNT_BITS) as u8,
+            }
+        })
+    }
+}
+
+/// This thread's word. Threads take the words in turn, the first time they
+/// record a success into any tally.
+#[inline]
+fn stripe() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    STRIPE.with(|stripe| match stripe.get() {
+        usize::MAX => {
+            let next = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+            stripe.set(next);
+            next
+        }
+        known => known,
+    })
+}
+
+#[cfg(all(test, not(tcb_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_only_for_the_armed_generation_and_bucket() {
+        let tally = Tally::new();
+        assert!(!tally.add(1, 0), "a word not armed takes nothing");
+        tally.drain(Some((1, 1_000)));
+        assert!(tally.add(1, 999));
+        assert!(tally.add(257, 999), "the generation's low 8 bits match");
+        assert!(!tally.add(2, 999), "another generation");
+        assert!(!tally.add(1, 1_000), "the bucket has ended");
+        let drained = tally.drain(None);
+        let held: Vec<_> = drained.iter().filter(|d| d.counts_for(1)).collect();
+        assert_eq!(held.len(), 1);
+        assert_eq!((held[0].count, held[0].end_ms), (2, 1_000));
+        assert!(!tally.add(1, 0), "drained with no arming: takes nothing");
+    }
+
+    #[test]
+    fn a_full_word_sends_successes_to_the_lock() {
+        let tally = Tally::new();
+        tally.drain(Some((3, 50)));
+        for _ in 0..COUNT_FULL {
+            assert!(tally.add(3, 10));
+        }
+        assert!(!tally.add(3, 10));
+        let total: u32 = tally.drain(None).iter().map(|d| d.count).sum();
+        assert_eq!(total, COUNT_FULL as u32);
+    }
+
+    #[test]
+    fn an_end_past_the_word_arms_nothing() {
+        let tally = Tally::new();
+        tally.drain(Some((0, MAX_END_MS + 1)));
+        assert!(!tally.add(0, 0));
+    }
+
+    #[test]
+    fn threads_adding_at_once_lose_no_success() {
+        let tally = Tally::new();
+        tally.drain(Some((7, 10_000)));
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..10_000 {
+                        assert!(tally.add(7, 5));
+                    }
+                });
+            }
+        });
+        let total: u32 = tally.drain(None).iter().map(|d| d.count).sum();
+        assert_eq!(total, 40_000);
+    }
+}
