@@ -46,6 +46,9 @@
 //! * `threads/keyed/4_hot`: the same with a keyed service, each thread's
 //!   clone calling the same four keys of a registry of 10,000 breakers
 //!   (remembered by each clone: no lock and no count shared between them).
+//! * `threads/time_window`: this crate with a time window, whose
+//!   successes the two threads count without the lock, each in a tally
+//!   word on a cache line of its own.
 //! * `half_open/*`: both threads hammer a half-open breaker whose one probe
 //!   permit is held by a probe in flight: every call is refused; nanoseconds
 //!   per refused call. Only breakers with a probe limit take part.
@@ -1032,6 +1035,10 @@ fn threaded_closed(runtime: &tokio::runtime::Handle) -> Vec<Threaded> {
     const OURS_APART: &str = "threads/tower-circuit-breaker/thread-clone";
     let breaker = Breaker::new(Config::default());
     let ours = CircuitBreaker::new(inner(), &breaker);
+    let time_window = Breaker::new(config(
+        "threads/time_window",
+        TimeWindow::new(Duration::from_secs(10)),
+    ));
     let (layer, handle) = resilience_layer(5, COOLDOWN);
     let failsafe = Failsafe {
         inner: inner(),
@@ -1067,6 +1074,22 @@ fn threaded_closed(runtime: &tokio::runtime::Handle) -> Vec<Threaded> {
             KeyedLayer::new(ten_thousand_keys(), |req: &u64| req % 4).layer(inner()),
             Expect::Served,
             |_| {},
+            runtime.clone(),
+        )
+        .versus(OURS),
+        // A time window: each thread counts its successes in a tally word
+        // of its own, so the threads share the breaker's lines read-only.
+        Threaded::new(
+            "threads/time_window",
+            CircuitBreaker::new(inner(), &time_window),
+            Expect::Served,
+            move |when| {
+                assert_eq!(
+                    time_window.state(),
+                    State::Closed,
+                    "threads/time_window: {when} a run"
+                )
+            },
             runtime.clone(),
         )
         .versus(OURS),

@@ -16,7 +16,7 @@ use loom::sync::Arc;
 use loom::thread;
 use tower::{service_fn, BoxError, Service};
 use tower_circuit_breaker::classify::{Classify, Verdict};
-use tower_circuit_breaker::policy::ConsecutiveFailures;
+use tower_circuit_breaker::policy::{ConsecutiveFailures, TimeWindow};
 use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, State};
 
 struct Noop;
@@ -133,6 +133,38 @@ fn concurrent_failures_trip_the_breaker_exactly_once() {
         assert_eq!(snap.generation, 1);
         assert_eq!(snap.counts.failures, 2, "no outcome lost or counted twice");
     });
+}
+
+/// A time window tallies successes without the lock while none could trip
+/// it. A success racing the failure that changes that must still be judged:
+/// whichever comes first, two failures in four calls reach the rate.
+#[test]
+fn a_success_racing_the_failure_that_brings_the_window_near_its_rate_is_judged() {
+    model(
+        "a_success_racing_the_failure_that_brings_the_window_near_its_rate_is_judged",
+        || {
+            let config = Config::builder()
+                .trip(
+                    TimeWindow::new(Duration::from_secs(3_600))
+                        .min_calls(4)
+                        .failure_rate(0.5),
+                )
+                .build()
+                .unwrap();
+            let breaker = Breaker::new(config);
+            let mut a = CircuitBreaker::new(service_fn(upstream as Upstream), &breaker);
+            let mut b = a.clone();
+            // One failure in two calls: no success could trip it yet.
+            assert!(call(&mut a, false).unwrap().is_ok());
+            assert!(call(&mut a, true).unwrap().is_err());
+            let other = thread::spawn(move || call(&mut b, true));
+            assert!(call(&mut a, false).unwrap().is_ok());
+            assert!(other.join().unwrap().unwrap().is_err());
+            let snap = breaker.snapshot();
+            assert_eq!(snap.state, State::Open);
+            assert_eq!(snap.counts.opened, 1);
+        },
+    );
 }
 
 #[test]

@@ -322,6 +322,68 @@ async fn time_window_successes_count_in_the_bucket_of_their_own_time() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn time_window_successes_folded_in_by_a_failure_count_at_their_own_time() {
+    let mut h = Harness::new(time_window(10, 0.5));
+    h.succeed(4).await;
+    advance(Duration::from_secs(2)).await;
+    // Folded in by this failure, at 2 s: they must still count at 0 s.
+    h.fail(1).await;
+    // At 10.5 s the window starts at 1 s: only the failure is left in it.
+    advance(Duration::from_millis(8_500)).await;
+    h.fail(8).await;
+    assert_eq!(h.state(), State::Closed, "9 failures in 9 calls");
+    next_call_trips(&mut h, Call::Fail, failure_rate_trip(10, 10)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_window_reset_while_closed_forgets_tallied_successes() {
+    let mut h = Harness::new(time_window(10, 0.5));
+    h.succeed(5).await;
+    h.breaker.reset();
+    assert_closed_with(&h, time_window_figures(0, 0));
+    h.fail(9).await;
+    next_call_trips(&mut h, Call::Fail, failure_rate_trip(10, 10)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_window_successes_tallied_before_a_forced_open_do_not_count_after_it() {
+    let mut h = Harness::new(time_window(10, 0.5));
+    h.succeed(5).await;
+    h.breaker.force_open(None);
+    h.breaker.restore();
+    assert_closed_with(&h, time_window_figures(0, 0));
+    h.succeed(2).await;
+    assert_closed_with(&h, time_window_figures(2, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn successes_tallied_for_two_windows_of_different_buckets_count_in_each() {
+    // Buckets of 1 s and of 2 s.
+    let policy = TripPolicy::any_of([
+        time_window(100, 0.5).into(),
+        SlowCalls::new(SEC)
+            .min_calls(100)
+            .over_time(Duration::from_secs(4), 2)
+            .into(),
+    ]);
+    let mut h = Harness::new(policy);
+    h.succeed(3).await;
+    advance(Duration::from_millis(1_500)).await;
+    h.succeed(2).await;
+    advance(Duration::from_millis(1_000)).await;
+    h.through(Call::SlowOk(SEC * 2)).await;
+    // At 4.5 s the 2 s buckets hold 2 s on (the 0 s and 1.5 s successes
+    // have left), the 1 s buckets everything.
+    assert_closed_with(
+        &h,
+        PolicyFigures::AnyOf(vec![
+            time_window_figures(6, 0),
+            PolicyFigures::SlowCalls { calls: 1, slow: 1 },
+        ]),
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn time_window_a_success_that_brings_the_calls_to_min_calls_at_the_rate_trips_it() {
     let mut h = Harness::new(time_window(4, 0.5));
     h.fail(2).await;

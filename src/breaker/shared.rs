@@ -109,6 +109,9 @@ pub(super) struct Book {
     /// The config; lock-free paths read the copies in `Tuning`.
     config: Config,
     rng: u64,
+    /// The tally is armed: successes may have been added to it since it
+    /// was last drained.
+    tally_armed: bool,
     /// What this breaker knows of the fleet's state, when it shares one.
     #[cfg(feature = "redis")]
     fleet: fleet::FleetBook,
@@ -188,6 +191,7 @@ impl Shared {
                 open_until_ms: 0,
                 probes: ProbeBook::new(0),
                 rng: seed(),
+                tally_armed: false,
                 config: config.clone(),
                 #[cfg(feature = "redis")]
                 fleet: fleet::FleetBook::default(),
@@ -253,8 +257,8 @@ impl Shared {
         config.name = Arc::clone(&self.name);
         let mut book = self.lock();
         if book.config.trip != config.trip {
+            self.discard_tally(&mut book);
             book.policy = PolicyState::new(&config.trip);
-            self.discard_tally();
         }
         self.tune(&mut book, &config);
         book.config = config;
@@ -538,19 +542,19 @@ impl Shared {
     }
 
     /// Folds the tally into the policy, each success at its bucket, when
-    /// the breaker is closed in the generation it counted for, and arms it
-    /// for the bucket `now` falls in; under the lock.
-    fn fold_tally(&self, book: &mut Book, w: Word, now: u64) {
+    /// the breaker (as `w` shows it) is closed in the generation it counted
+    /// for; under the lock, first thing. The tally is left disarmed: until
+    /// [`Self::arm_tally`], every success takes the lock, so none is
+    /// tallied after the policy's verdict could have changed.
+    fn fold_tally(&self, book: &mut Book, w: Word) {
+        if !std::mem::take(&mut book.tally_armed) {
+            return;
+        }
         let Some(tally) = self.tally.get() else {
             return;
         };
         let closed = (w == Word::closed(w.generation())).then(|| w.generation());
-        let armed = closed.and_then(|generation| {
-            book.policy
-                .tally_end(now)
-                .map(|end_ms| (generation, end_ms))
-        });
-        for drained in tally.drain(armed) {
+        for drained in tally.drain() {
             if closed.is_some_and(|generation| drained.counts_for(generation)) {
                 book.policy
                     .add_successes(drained.count, drained.end_ms.saturating_sub(1));
@@ -558,11 +562,33 @@ impl Shared {
         }
     }
 
-    /// Forgets the tally: the policy starts afresh.
-    fn discard_tally(&self) {
-        if let Some(tally) = self.tally.get() {
-            tally.drain(None);
+    /// Arms the tally for the successes of closed word `w` made before the
+    /// end of the bucket `now` falls in, when successes are to be tallied
+    /// (the flag is up to date); under the lock, last thing.
+    fn arm_tally(&self, book: &mut Book, w: Word, now: u64) {
+        if self.hot.0.success.load(Ordering::Relaxed) != TALLY || w != Word::closed(w.generation())
+        {
+            return;
         }
+        let (Some(tally), Some(end_ms)) = (self.tally.get(), book.policy.tally_end(now)) else {
+            return;
+        };
+        book.tally_armed = tally.arm(w.generation(), end_ms);
+    }
+
+    /// Forgets the tally, disarmed.
+    fn discard_tally(&self, book: &mut Book) {
+        if std::mem::take(&mut book.tally_armed) {
+            if let Some(tally) = self.tally.get() {
+                tally.drain();
+            }
+        }
+    }
+
+    /// The policy starts afresh, and forgets the successes tallied for it.
+    pub(super) fn reset_policy(&self, book: &mut Book) {
+        book.policy.reset();
+        self.discard_tally(book);
     }
 
     #[cold]
@@ -589,7 +615,7 @@ impl Shared {
             None => (None, 0),
         };
         // The successes tallied so far come first, each in its own bucket.
-        self.fold_tally(&mut book, w, now);
+        self.fold_tally(&mut book, w);
         if failure {
             self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
             self.note_hint(&mut book, hint, now);
@@ -607,6 +633,7 @@ impl Shared {
         };
         let Some(reason) = verdict.or(pushback) else {
             self.refresh_success_flag(&book);
+            self.arm_tally(&mut book, w, now);
             return;
         };
         let until = self.open_until(&mut book, now);
@@ -617,8 +644,7 @@ impl Shared {
             self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        book.policy.reset();
-        self.discard_tally();
+        self.reset_policy(&mut book);
         self.refresh_success_flag(&book);
         #[cfg(feature = "redis")]
         self.fleet_opened(&mut book, until.saturating_sub(now));
@@ -660,8 +686,7 @@ impl Shared {
         book.attempt = 0;
         book.hint_until_ms = None;
         book.since_ms = self.now_ms();
-        book.policy.reset();
-        self.discard_tally();
+        self.reset_policy(&mut book);
         self.forget_probes(&mut book);
         self.refresh_success_flag(&book);
         self.announce(book, self.transition(from, next, reason, None));
@@ -780,9 +805,10 @@ impl Shared {
         self.hot.0.retired.load(Ordering::Acquire)
     }
 
-    /// Whether the trip policy holds anything a success would change or
-    /// that counts toward a verdict (a closed breaker with nothing to
-    /// forget is the cheapest to evict).
+    /// Whether successes are recorded or tallied: the policy holds figures
+    /// worth keeping. False while successes are skipped (no failure in a
+    /// streak or a count window, a window of calls all fast): a closed
+    /// breaker with nothing to forget is the cheapest to evict.
     pub(crate) fn holds_failures(&self) -> bool {
         self.hot.0.success.load(Ordering::Relaxed) != QUIET
     }
@@ -917,7 +943,7 @@ impl Shared {
         let mut book = self.lock();
         let w = self.load();
         let now = self.now_ms();
-        self.fold_tally(&mut book, w, now);
+        self.fold_tally(&mut book, w);
         let state = state_at(w, now);
         let since = match w.tag() {
             Tag::Open if now >= w.open_until_ms() => w.open_until_ms(),
@@ -928,6 +954,8 @@ impl Shared {
             Tag::HalfOpen => (w.in_flight(), w.successes()),
             _ => (0, 0),
         };
+        let policy = book.policy.figures(now);
+        self.arm_tally(&mut book, w, now);
         let c = &self.counters.0;
         Snapshot {
             name: Arc::clone(self.name()),
@@ -939,7 +967,7 @@ impl Shared {
             probe_successes,
             failed_probe_rounds: book.attempt,
             last_trip: book.last_trip.clone(),
-            policy: book.policy.figures(now),
+            policy,
             shadow: self.hot.0.shadow.load(Ordering::Relaxed),
             counts: Counts {
                 calls,
@@ -1031,7 +1059,7 @@ mod tests {
         }
         // The first took the lock, which armed the tally for the rest.
         let tally = shared.tally.get().unwrap();
-        let tallied: u32 = tally.drain(None).iter().map(|d| d.count).sum();
+        let tallied: u32 = tally.drain().iter().map(|d| d.count).sum();
         assert_eq!(tallied, 9);
     }
 

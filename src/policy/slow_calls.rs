@@ -32,6 +32,11 @@ pub enum Window {
 /// Measuring latency reads the clock twice per call. Defaults: rate 0.5 over
 /// the last 100 calls, at least 10 calls.
 ///
+/// Slow calls and failures are recorded under the breaker's lock. A fast
+/// success takes no lock once a window of calls is full of fast calls (it
+/// would change nothing), and over time while it cannot trip the policy
+/// (it is then tallied, as a [`TimeWindow`](super::TimeWindow)'s are).
+///
 /// ```
 /// use std::time::Duration;
 /// use tower_circuit_breaker::{policy::SlowCalls, Config};

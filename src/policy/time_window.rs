@@ -14,9 +14,17 @@ pub(crate) const MAX_BUCKETS: u32 = 10_000;
 /// (`>=`, so a rate of 1.0 means "every call failed").
 ///
 /// The window is split into `buckets` (default 10) that age out one at a
-/// time. Defaults: 10 buckets, at least 10 calls, rate 0.5. Every outcome is
-/// recorded and reads the clock: choose it when traffic is steady enough for
-/// a rate to mean something.
+/// time. Defaults: 10 buckets, at least 10 calls, rate 0.5. Every outcome
+/// reads the clock: choose it when traffic is steady enough for a rate to
+/// mean something.
+///
+/// A success that cannot trip it (while the failures held would stay under
+/// the rate over `min_calls` calls) takes no lock: the thread adds it to a
+/// tally on a cache line of its own (up to four threads), folded into the
+/// bucket of the success's own time before the next outcome recorded under
+/// the lock is judged, and before a snapshot. Failures, the first success
+/// of each bucket, and successes once the window is near its rate are
+/// recorded under the breaker's lock.
 ///
 /// ```
 /// use std::time::Duration;

@@ -129,7 +129,7 @@ impl Shared {
                         self.clones.wake_all();
                         return true;
                     }
-                    book.policy.reset();
+                    self.reset_policy(&mut book);
                     self.refresh_success_flag(&book);
                     self.opened(book, state_of(w), next, TripReason::Shared, now);
                     return true;

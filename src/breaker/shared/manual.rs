@@ -67,7 +67,7 @@ impl Shared {
                 (Command::Restore, _) => return false,
                 (Command::Reset, _) => {
                     // Already closed: no transition, but forget the past.
-                    book.policy.reset();
+                    self.reset_policy(&mut book);
                     book.attempt = 0;
                     book.hint_until_ms = None;
                     self.refresh_success_flag(&book);
@@ -76,7 +76,7 @@ impl Shared {
             };
             match self.cas(w, next) {
                 Ok(()) => {
-                    book.policy.reset();
+                    self.reset_policy(&mut book);
                     book.hint_until_ms = None;
                     book.since_ms = now;
                     if next.tag() == Tag::Open {

@@ -5,21 +5,29 @@
 //! only when the failures held are already near the rate; the rest of the
 //! time a success merely adds one to the calls of the bucket it falls in.
 //! Those successes go to a tally instead of the lock: a few words, each on a
-//! cache line of its own, and each thread adds to one of them (threads take
-//! the words in turn), so two threads calling one breaker write different
-//! lines. A word counts successes of one closed generation up to the end of
-//! one bucket; whoever next takes the lock (a failure, a success once the
-//! word's bucket has ended, a snapshot) folds every word's count into the
-//! policy at its bucket, so each success is counted in the bucket of its
-//! own time, as if it had been recorded at once.
+//! cache line of its own. Threads take the words in turn, so up to
+//! [`STRIPES`] threads adding at once write lines of their own (more share
+//! them, and still lose nothing).
+//!
+//! A word counts successes of one closed generation made before the end of
+//! one bucket. Whoever takes the lock to record an outcome, or to read the
+//! policy's figures, first drains every word, adding each count to the
+//! policy at its bucket, so that each success counts in the bucket of its
+//! own time; the words stay disarmed (every success then takes the lock)
+//! until that lock holder, done, re-arms them when successes are still to be
+//! tallied. A success is thus tallied only while no success could change
+//! the verdict, and is in the policy before any later outcome is judged.
 //!
 //! A word holds the end of its bucket (40 bits of milliseconds since the
 //! breaker's epoch), the low 8 bits of the closed generation it counts for,
 //! and the count (16 bits). A success adds one with a compare-and-swap, and
-//! only to a word for its generation whose bucket has not ended and whose
-//! count is not full: otherwise it takes the lock. Any change to the word
-//! between the check and the swap makes the swap fail, so a success never
-//! lands in a word re-armed for a later bucket or generation.
+//! only to a word armed for its generation whose bucket has not ended and
+//! whose count is not full: otherwise it takes the lock. Any change to the
+//! word between the check and the swap makes the swap fail. Every change of
+//! generation or reset of the policy discards the words, so a success of a
+//! generation the breaker has left is not counted (short of a thread held
+//! up between its check and its swap while the breaker goes through 256
+//! generations and the word comes back to the very value it read).
 
 use std::cell::Cell;
 
@@ -69,7 +77,7 @@ impl Tally {
     /// Counts one success made at `now_ms` in closed generation
     /// `generation`. False when this thread's word cannot take it (not armed
     /// for that generation, its bucket ended, or full): record it under the
-    /// lock, which drains and re-arms every word.
+    /// lock, which drains every word and re-arms them.
     #[inline]
     pub(super) fn add(&self, generation: u32, now_ms: u64) -> bool {
         let line = &self.lines[stripe()].0;
@@ -90,23 +98,32 @@ impl Tally {
         }
     }
 
-    /// Empties every word, arming each for the successes of `generation`
-    /// made before `end_ms` (or for none), and returns what they held.
-    pub(super) fn drain(&self, armed: Option<(u32, u64)>) -> [Drained; STRIPES] {
-        let next = match armed {
-            Some((generation, end_ms)) if end_ms <= MAX_END_MS => {
-                end_ms << END_SHIFT | u64::from(generation as u8) << COUNT_BITS
-            }
-            _ => 0,
-        };
+    /// Empties and disarms every word, and returns what they held: from
+    /// now on no success is added until the tally is armed again.
+    pub(super) fn drain(&self) -> [Drained; STRIPES] {
         std::array::from_fn(|i| {
-            let word = self.lines[i].0.swap(next, Ordering::Relaxed);
+            let word = self.lines[i].0.swap(0, Ordering::Relaxed);
             Drained {
                 count: (word & COUNT_FULL) as u32,
                 end_ms: word >> END_SHIFT,
                 generation: (word >> COUNT_BITS) as u8,
             }
         })
+    }
+
+    /// Arms every word, drained before, for the successes of closed
+    /// generation `generation` made before `end_ms`. False (nothing armed)
+    /// when `end_ms` does not fit a word.
+    pub(super) fn arm(&self, generation: u32, end_ms: u64) -> bool {
+        if end_ms > MAX_END_MS {
+            return false;
+        }
+        let armed = end_ms << END_SHIFT | u64::from(generation as u8) << COUNT_BITS;
+        for line in &self.lines {
+            // Drained words take no success: nothing to lose by a store.
+            line.0.store(armed, Ordering::Relaxed);
+        }
+        true
     }
 }
 
@@ -137,12 +154,12 @@ mod tests {
     fn counts_only_for_the_armed_generation_and_bucket() {
         let tally = Tally::new();
         assert!(!tally.add(1, 0), "a word not armed takes nothing");
-        tally.drain(Some((1, 1_000)));
+        assert!(tally.arm(1, 1_000));
         assert!(tally.add(1, 999));
         assert!(tally.add(257, 999), "the generation's low 8 bits match");
         assert!(!tally.add(2, 999), "another generation");
         assert!(!tally.add(1, 1_000), "the bucket has ended");
-        let drained = tally.drain(None);
+        let drained = tally.drain();
         let held: Vec<_> = drained.iter().filter(|d| d.counts_for(1)).collect();
         assert_eq!(held.len(), 1);
         assert_eq!((held[0].count, held[0].end_ms), (2, 1_000));
@@ -152,26 +169,26 @@ mod tests {
     #[test]
     fn a_full_word_sends_successes_to_the_lock() {
         let tally = Tally::new();
-        tally.drain(Some((3, 50)));
+        assert!(tally.arm(3, 50));
         for _ in 0..COUNT_FULL {
             assert!(tally.add(3, 10));
         }
         assert!(!tally.add(3, 10));
-        let total: u32 = tally.drain(None).iter().map(|d| d.count).sum();
+        let total: u32 = tally.drain().iter().map(|d| d.count).sum();
         assert_eq!(total, COUNT_FULL as u32);
     }
 
     #[test]
     fn an_end_past_the_word_arms_nothing() {
         let tally = Tally::new();
-        tally.drain(Some((0, MAX_END_MS + 1)));
+        assert!(!tally.arm(0, MAX_END_MS + 1));
         assert!(!tally.add(0, 0));
     }
 
     #[test]
     fn threads_adding_at_once_lose_no_success() {
         let tally = Tally::new();
-        tally.drain(Some((7, 10_000)));
+        assert!(tally.arm(7, 10_000));
         std::thread::scope(|scope| {
             for _ in 0..4 {
                 scope.spawn(|| {
@@ -181,7 +198,7 @@ mod tests {
                 });
             }
         });
-        let total: u32 = tally.drain(None).iter().map(|d| d.count).sum();
+        let total: u32 = tally.drain().iter().map(|d| d.count).sum();
         assert_eq!(total, 40_000);
     }
 }
