@@ -492,11 +492,12 @@ impl Shared {
             }
             Outcome::Success => {
                 let mode = self.hot.0.success.load(Ordering::Relaxed);
-                // The common case: nothing to reset, nothing to write.
-                if mode == QUIET && timing.is_none() {
-                    return;
+                match (mode, timing) {
+                    // The common case: nothing to reset, nothing to write.
+                    (QUIET, None) => {}
+                    (RECORD, None) => self.record_closed_slow(generation, false, hint, None),
+                    _ => self.record_success(generation, mode, hint, timing),
                 }
-                self.record_success(generation, mode, hint, timing);
             }
             Outcome::Failure => self.record_closed_slow(generation, true, hint, timing),
         }
@@ -547,9 +548,10 @@ impl Shared {
     /// [`Self::arm_tally`], every success takes the lock, so none is
     /// tallied after the policy's verdict could have changed.
     fn fold_tally(&self, book: &mut Book, w: Word) {
-        if !std::mem::take(&mut book.tally_armed) {
+        if !book.tally_armed {
             return;
         }
+        book.tally_armed = false;
         let Some(tally) = self.tally.get() else {
             return;
         };
