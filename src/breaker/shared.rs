@@ -547,7 +547,7 @@ impl Shared {
     /// for; under the lock, first thing. The tally is left disarmed: until
     /// [`Self::arm_tally`], every success takes the lock, so none is
     /// tallied after the policy's verdict could have changed.
-    fn fold_tally(&self, book: &mut Book, w: Word) {
+    pub(super) fn fold_tally(&self, book: &mut Book, w: Word) {
         if !book.tally_armed {
             return;
         }
@@ -644,6 +644,7 @@ impl Shared {
         // if that ever stops being true: a lost race means the call is stale.
         if self.cas(w, next).is_err() {
             self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
+            self.refresh_success_flag(&book);
             return;
         }
         self.reset_policy(&mut book);
@@ -1076,6 +1077,18 @@ mod tests {
         assert_eq!(mode(&shared), TALLY, "1 failure in 4 calls would not trip");
         shared.record_closed(0, Outcome::Failure, None, None);
         assert_eq!(mode(&shared), RECORD, "2 failures in 4 calls would");
+        shared.record_closed(0, Outcome::Success, None, None);
+        let tally = shared.tally.get().unwrap();
+        let tallied: u32 = tally.drain().iter().map(|d| d.count).sum();
+        assert_eq!(tallied, 0, "nothing tallied");
+        assert_eq!(
+            shared.snapshot().policy,
+            crate::policy::PolicyFigures::TimeWindow {
+                calls: 3,
+                failures: 2
+            },
+            "the success recorded under the lock"
+        );
     }
 
     #[test]

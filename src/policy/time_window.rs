@@ -20,9 +20,10 @@ pub(crate) const MAX_BUCKETS: u32 = 10_000;
 ///
 /// A success that cannot trip it (while the failures held would stay under
 /// the rate over `min_calls` calls) takes no lock: the thread adds it to a
-/// tally on a cache line of its own (up to four threads), folded into the
-/// bucket of the success's own time before the next outcome recorded under
-/// the lock is judged, and before a snapshot. Failures, the first success
+/// tally (on a cache line of its own, for up to four threads started one
+/// after another), folded into the bucket of the success's own time before
+/// the next outcome recorded under the lock is judged, and before a
+/// snapshot. Failures, the first success
 /// of each bucket, and successes once the window is near its rate are
 /// recorded under the breaker's lock.
 ///

@@ -159,11 +159,14 @@ impl Shared {
     /// its opening now.
     pub(crate) fn fleet_closed(&self, generation: Option<u64>, failures: u64) {
         let mut book = self.lock();
+        let w = self.load();
         if generation.is_none() {
+            // Successes tallied so far came before this news; from now on a
+            // success may have a fleet count to reset.
+            self.fold_tally(&mut book, w);
             book.fleet.failures = failures > 0;
             self.refresh_success_flag(&book);
         }
-        let w = self.load();
         let follows =
             book.fleet.generation != 0 && generation.is_none_or(|g| g == book.fleet.generation);
         match w.tag() {

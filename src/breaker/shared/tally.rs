@@ -5,15 +5,20 @@
 //! only when the failures held are already near the rate; the rest of the
 //! time a success merely adds one to the calls of the bucket it falls in.
 //! Those successes go to a tally instead of the lock: a few words, each on a
-//! cache line of its own. Threads take the words in turn, so up to
-//! [`STRIPES`] threads adding at once write lines of their own (more share
-//! them, and still lose nothing).
+//! cache line of its own. Each thread takes a word the first time it
+//! tallies, in turn with every other thread of the process, so threads that
+//! took their turns one after another (two threads started together, four
+//! workers of a runtime) write lines of their own; threads that share a
+//! word lose nothing.
 //!
 //! A word counts successes of one closed generation made before the end of
 //! one bucket. Whoever takes the lock to record an outcome, or to read the
 //! policy's figures, first drains every word, adding each count to the
-//! policy at its bucket, so that each success counts in the bucket of its
-//! own time; the words stay disarmed (every success then takes the lock)
+//! policy at the end of the word's bucket: the bucket of the success's own
+//! time, or, for a success whose clock read came just before the word was
+//! armed for a later bucket, that later one, where recording it under the
+//! lock would have put it too. The words stay disarmed (every success then
+//! takes the lock)
 //! until that lock holder, done, re-arms them when successes are still to be
 //! tallied. A success is thus tallied only while no success could change
 //! the verdict, and is in the policy before any later outcome is judged.
