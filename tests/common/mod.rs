@@ -1,5 +1,5 @@
-//! Helpers shared by `tests/policies.rs`, `tests/adaptive.rs` and
-//! `tests/tower_stacks.rs`.
+//! Helpers shared by the integration tests that drive a breaker through a
+//! scripted inner service.
 //!
 //! Each test binary uses a different subset, hence the `dead_code` allowance.
 #![allow(dead_code)]
