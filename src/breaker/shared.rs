@@ -235,7 +235,7 @@ impl Shared {
             u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
         });
         t.slow_ns.store(slow_ns, Ordering::Relaxed);
-        let tallies = book.policy.tally_end(0).is_some();
+        let tallies = book.policy.tally_end(0).is_some() && !book.policy.records_every_success();
         if tallies {
             self.tally.get_or_init(|| Box::new(Tally::new()));
         }
@@ -1116,5 +1116,19 @@ mod tests {
         let shared = shared(CountWindow::new(2, 5));
         assert_eq!(mode(&shared), QUIET);
         assert!(shared.tally.get().is_none());
+    }
+
+    #[test]
+    fn a_time_window_beside_an_adaptive_policy_never_tallies() {
+        let shared = shared(TripPolicy::any_of([
+            TimeWindow::new(Duration::from_secs(10)).into(),
+            crate::policy::Adaptive::new().into(),
+        ]));
+        assert_eq!(
+            mode(&shared),
+            RECORD,
+            "the adaptive policy learns from every success"
+        );
+        assert!(shared.tally.get().is_none(), "no tally made for nothing");
     }
 }

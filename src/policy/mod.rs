@@ -391,6 +391,16 @@ impl PolicyState {
         }
     }
 
+    /// Whether a member records every success under the lock, whatever
+    /// the figures (an adaptive policy): successes are then never tallied.
+    pub(crate) fn records_every_success(&self) -> bool {
+        match self {
+            PolicyState::Adaptive(_) => true,
+            PolicyState::AnyOf(list) => list.iter().any(PolicyState::records_every_success),
+            _ => false,
+        }
+    }
+
     /// For policies that count calls in buckets of time: until when a
     /// success made at `now_ms` falls in the same bucket of every such
     /// policy, so that successes made before then may be counted together.
