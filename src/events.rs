@@ -17,6 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::millis::millis;
 use crate::policy::TripReason;
 use crate::State;
 
@@ -61,7 +62,7 @@ impl Transition {
     pub(crate) fn emit(&self) {
         let reason = self.reason.as_ref().map(tracing::field::display);
         let policy = self.reason.as_ref().map(TripReason::policy);
-        let retry_after_ms = self.retry_after.map(|d| d.as_millis() as u64);
+        let retry_after_ms = self.retry_after.map(millis);
         macro_rules! event {
             ($level:ident, $message:literal) => {
                 tracing::$level!(

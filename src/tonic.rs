@@ -48,6 +48,7 @@ use tonic::{Code, Status};
 
 use crate::classify::{Classify, GrpcClassifier, Verdict};
 use crate::error::CircuitOpen;
+use crate::millis::millis;
 
 /// The metadata key of a gRPC retry pushback (gRFC A6).
 const PUSHBACK: &str = "grpc-retry-pushback-ms";
@@ -82,10 +83,9 @@ impl From<CircuitOpen> for Status {
     /// # }
     /// ```
     fn from(open: CircuitOpen) -> Status {
-        let delay_ms = match u64::try_from(open.retry_after().as_millis()) {
-            Ok(0) => 1000,
-            Ok(ms) => ms,
-            Err(_) => u64::MAX,
+        let delay_ms = match millis(open.retry_after()) {
+            0 => 1000,
+            ms => ms,
         };
         let mut status = Status::unavailable(format!(
             "upstream `{}` is unavailable; retry after {delay_ms} ms",

@@ -109,6 +109,9 @@ pub(super) struct Book {
     /// The config; lock-free paths read the copies in `Tuning`.
     config: Config,
     rng: u64,
+    /// The policy counts calls in buckets of time: successes that do not
+    /// matter go to the tally.
+    tallies: bool,
     /// The tally is armed: successes may have been added to it since it
     /// was last drained.
     tally_armed: bool,
@@ -124,9 +127,6 @@ struct Tuning {
     max_open_ms: AtomicU64,
     probe_timeout: AtomicBool,
     needs_clock: AtomicBool,
-    /// The policy counts calls in buckets of time: successes that do not
-    /// matter go to the tally.
-    tallies: AtomicBool,
     /// The lowest slow-call threshold in nanoseconds (`u64::MAX`: none): a
     /// slower success is always recorded.
     slow_ns: AtomicU64,
@@ -191,6 +191,7 @@ impl Shared {
                 open_until_ms: 0,
                 probes: ProbeBook::new(0),
                 rng: seed(),
+                tallies: false,
                 tally_armed: false,
                 config: config.clone(),
                 #[cfg(feature = "redis")]
@@ -235,11 +236,10 @@ impl Shared {
             u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
         });
         t.slow_ns.store(slow_ns, Ordering::Relaxed);
-        let tallies = book.policy.tally_end(0).is_some() && !book.policy.records_every_success();
-        if tallies {
+        book.tallies = book.policy.tally_end(0).is_some() && !book.policy.records_every_success();
+        if book.tallies {
             self.tally.get_or_init(|| Box::new(Tally::new()));
         }
-        t.tallies.store(tallies, Ordering::Relaxed);
         let slots = if config.probe_timeout.is_some() {
             config.probes as usize
         } else {
@@ -516,13 +516,15 @@ impl Shared {
         let slow = timing.is_some_and(|(elapsed, _)| {
             elapsed.as_nanos() > u128::from(self.tuning.slow_ns.load(Ordering::Relaxed))
         });
-        match mode {
-            _ if slow => {}
-            QUIET => return,
-            TALLY if self.tally_success(generation, timing) => return,
-            _ => {}
+        let skipped = !slow
+            && match mode {
+                QUIET => true,
+                TALLY => self.tally_success(generation, timing),
+                _ => false,
+            };
+        if !skipped {
+            self.record_closed_slow(generation, false, hint, timing);
         }
-        self.record_closed_slow(generation, false, hint, timing);
     }
 
     /// Adds a success of closed generation `generation` to the tally; false
@@ -555,7 +557,7 @@ impl Shared {
         let Some(tally) = self.tally.get() else {
             return;
         };
-        let closed = (w == Word::closed(w.generation())).then(|| w.generation());
+        let closed = (w.tag() == Tag::Closed).then(|| w.generation());
         for drained in tally.drain() {
             if closed.is_some_and(|generation| drained.counts_for(generation)) {
                 book.policy
@@ -568,8 +570,7 @@ impl Shared {
     /// end of the bucket `now` falls in, when successes are to be tallied
     /// (the flag is up to date); under the lock, last thing.
     fn arm_tally(&self, book: &mut Book, w: Word, now: u64) {
-        if self.hot.0.success.load(Ordering::Relaxed) != TALLY || w != Word::closed(w.generation())
-        {
+        if self.hot.0.success.load(Ordering::Relaxed) != TALLY || w.tag() != Tag::Closed {
             return;
         }
         let (Some(tally), Some(end_ms)) = (self.tally.get(), book.policy.tally_end(now)) else {
@@ -702,7 +703,7 @@ impl Shared {
         let matters = matters || book.fleet.failures;
         let mode = if matters {
             RECORD
-        } else if self.tuning.tallies.load(Ordering::Relaxed) {
+        } else if book.tallies {
             TALLY
         } else {
             QUIET
@@ -1061,9 +1062,7 @@ mod tests {
             shared.record_closed(0, Outcome::Success, None, None);
         }
         // The first took the lock, which armed the tally for the rest.
-        let tally = shared.tally.get().unwrap();
-        let tallied: u32 = tally.drain().iter().map(|d| d.count).sum();
-        assert_eq!(tallied, 9);
+        assert_eq!(shared.tally.get().unwrap().drain_total(), 9);
     }
 
     #[test]
@@ -1078,9 +1077,11 @@ mod tests {
         shared.record_closed(0, Outcome::Failure, None, None);
         assert_eq!(mode(&shared), RECORD, "2 failures in 4 calls would");
         shared.record_closed(0, Outcome::Success, None, None);
-        let tally = shared.tally.get().unwrap();
-        let tallied: u32 = tally.drain().iter().map(|d| d.count).sum();
-        assert_eq!(tallied, 0, "nothing tallied");
+        assert_eq!(
+            shared.tally.get().unwrap().drain_total(),
+            0,
+            "nothing tallied"
+        );
         assert_eq!(
             shared.snapshot().policy,
             crate::policy::PolicyFigures::TimeWindow {

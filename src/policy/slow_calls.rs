@@ -208,9 +208,7 @@ impl SlowRate {
     pub(crate) fn success_matters(&self) -> bool {
         match &self.counter {
             Counter::Calls(ring) => ring.hits > 0 || (ring.filled as usize) < ring.slow.len(),
-            Counter::Time(buckets) => {
-                trips(self.min_calls, buckets.hits(), self.min_calls, self.rate)
-            }
+            Counter::Time(buckets) => buckets.call_could_trip(self.min_calls, self.rate),
         }
     }
 

@@ -247,10 +247,13 @@ impl Buckets {
             .saturating_mul(self.bucket_ms)
     }
 
-    /// Hits over the window as last moved forward (a bound on the hits it
-    /// holds at any later time).
-    pub(crate) fn hits(&self) -> u32 {
-        self.hits
+    /// Whether a call that is not a hit could bring these buckets to trip
+    /// at `rate` once they hold `min_calls` calls: only while the hits held
+    /// would reach the rate over `min_calls` calls (more calls only lower
+    /// the share, and time only drops hits). Otherwise such a call only adds
+    /// a call, which may be counted later, in the bucket of its time.
+    pub(crate) fn call_could_trip(&self, min_calls: u32, rate: f64) -> bool {
+        trips(min_calls, self.hits, min_calls, rate)
     }
 
     /// (calls, hits) over the buckets still inside the window at `now_ms`.
@@ -306,17 +309,9 @@ impl FailureRate {
         self.buckets.totals(now_ms)
     }
 
-    /// Whether a success could trip it, and so must be recorded at once:
-    /// only while the failures held would reach the rate over `min_calls`
-    /// calls. Otherwise a success only adds a call, which may be counted
-    /// later, in the bucket of its time.
+    /// Whether a success could trip it, and so must be recorded at once.
     pub(crate) fn success_matters(&self) -> bool {
-        trips(
-            self.min_calls,
-            self.buckets.hits(),
-            self.min_calls,
-            self.rate,
-        )
+        self.buckets.call_could_trip(self.min_calls, self.rate)
     }
 
     pub(crate) fn buckets(&mut self) -> &mut Buckets {

@@ -124,19 +124,22 @@ impl<K: Eq> Bucket<K> {
         }
     }
 
+    /// Changes the entries as a list, which the bucket holds from then on.
+    fn edit<R>(&mut self, f: impl FnOnce(&mut Vec<(K, Breaker)>) -> R) -> R {
+        let mut entries = std::mem::replace(self, Bucket::Many(Vec::new())).into_vec();
+        let result = f(&mut entries);
+        *self = Bucket::Many(entries);
+        result
+    }
+
     /// Adds a key whose hash collides with those held (rare).
     fn push(&mut self, entry: (K, Breaker)) {
-        let mut entries = std::mem::replace(self, Bucket::Many(Vec::new())).into_vec();
-        entries.push(entry);
-        *self = Bucket::Many(entries);
+        self.edit(|entries| entries.push(entry));
     }
 
     /// Removes the `i`th entry.
     fn remove(&mut self, i: usize) -> (K, Breaker) {
-        let mut entries = std::mem::replace(self, Bucket::Many(Vec::new())).into_vec();
-        let entry = entries.swap_remove(i);
-        *self = Bucket::Many(entries);
-        entry
+        self.edit(|entries| entries.swap_remove(i))
     }
 }
 
@@ -263,8 +266,7 @@ where
 
     /// [`get`](Self::get), with the key's hash already computed.
     fn get_hashed(&self, key: &K, hash: u64) -> Result<Breaker, RegistryFull> {
-        let now = self.inner.insertions.load(Ordering::Relaxed);
-        match self.find(key, hash, Some(now)) {
+        match self.find(key, hash, Some(self.now())) {
             Some(breaker) => Ok(breaker),
             None => self.insert(key, hash),
         }

@@ -571,15 +571,7 @@ mod tests {
     }
 
     fn remembered(svc: &Keyed) -> Vec<u64> {
-        let mut keys: Vec<u64> = svc
-            .recent
-            .slots
-            .iter()
-            .flat_map(|slots| slots.iter())
-            .filter_map(|slot| slot.remembered.as_ref().map(|r| r.key))
-            .collect();
-        keys.sort_unstable();
-        keys
+        handles(svc).into_iter().map(|(key, _)| key).collect()
     }
 
     async fn call(svc: &mut Keyed, key: u64) {

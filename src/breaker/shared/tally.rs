@@ -116,6 +116,13 @@ impl Tally {
         })
     }
 
+    /// Drains every word; the successes they held, whatever their bucket
+    /// or generation.
+    #[cfg(test)]
+    pub(super) fn drain_total(&self) -> u32 {
+        self.drain().iter().map(|d| d.count).sum()
+    }
+
     /// Arms every word, drained before, for the successes of closed
     /// generation `generation` made before `end_ms`. False (nothing armed)
     /// when `end_ms` does not fit a word.
@@ -179,8 +186,7 @@ mod tests {
             assert!(tally.add(3, 10));
         }
         assert!(!tally.add(3, 10));
-        let total: u32 = tally.drain().iter().map(|d| d.count).sum();
-        assert_eq!(total, COUNT_FULL as u32);
+        assert_eq!(tally.drain_total(), COUNT_FULL as u32);
     }
 
     #[test]
@@ -203,7 +209,6 @@ mod tests {
                 });
             }
         });
-        let total: u32 = tally.drain().iter().map(|d| d.count).sum();
-        assert_eq!(total, 40_000);
+        assert_eq!(tally.drain_total(), 40_000);
     }
 }
