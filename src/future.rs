@@ -38,6 +38,28 @@ pub(crate) fn record(
     start: Option<Instant>,
     count_only: bool,
 ) {
+    // The common case, decided here rather than behind a call: a
+    // closed-state success that no policy needs (no time, no permit).
+    if !count_only
+        && start.is_none()
+        && permit.is_none()
+        && verdict.outcome() == Outcome::Success
+        && shared.success_is_quiet()
+    {
+        return;
+    }
+    record_slow(shared, generation, permit, verdict, start, count_only);
+}
+
+/// [`record`] past its common case.
+fn record_slow(
+    shared: &Shared,
+    generation: u32,
+    permit: &mut Option<Permit>,
+    verdict: Verdict,
+    start: Option<Instant>,
+    count_only: bool,
+) {
     if count_only {
         shared.count_outcome(verdict.outcome());
         return;

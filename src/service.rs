@@ -292,13 +292,25 @@ impl<S, C> CircuitBreaker<S, C> {
     where
         S: Service<Req>,
     {
-        if self.local.shared.load().tag() == Tag::Closed {
+        let word = self.local.shared.load();
+        if word.tag() == Tag::Closed {
             // Closed needs no reservation; a permit left from an earlier
             // half-open generation is stale, and goes back.
             if !matches!(self.ready, Reservation::Unchecked) {
                 self.ready = Reservation::Unchecked;
             }
             return self.inner.poll_ready(cx);
+        }
+        // Fail-fast, open, the period not over: refuse without a decision.
+        if self.mode == Readiness::FailFast && !matches!(self.ready, Reservation::Probe(_)) {
+            if let Some(retry_after_ms) = self.local.shared.refuses_open(word) {
+                self.ready = Reservation::Reject {
+                    word: word.0,
+                    retry_after_ms,
+                    state: State::Open,
+                };
+                return Poll::Ready(Ok(()));
+            }
         }
         self.poll_ready_not_closed(cx)
     }

@@ -138,6 +138,24 @@ async fn open_breaker_refuses_without_polling_or_calling_the_inner_service() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_open_period_refuses_through_its_last_millisecond_and_ends_at_its_deadline() {
+    let (breaker, mut svc, upstream) = setup(one_failure_trips());
+    trip(&mut svc, &upstream).await;
+    let calls = upstream.calls();
+
+    advance(Duration::from_millis(9_999)).await;
+    let open = open_error(call(&mut svc, 1).await);
+    assert_eq!(open.state(), State::Open);
+    assert_eq!(open.retry_after(), Duration::from_millis(1));
+    assert_eq!(upstream.calls(), calls);
+
+    advance(Duration::from_millis(1)).await;
+    assert_eq!(call(&mut svc, 2).await.expect("the probe is sent"), 2);
+    assert_eq!(upstream.calls(), calls + 1);
+    assert_eq!(breaker.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
 async fn half_open_admits_exactly_probes_of_100_concurrent_calls() {
     let (breaker, mut svc, upstream) = setup(one_failure_trips().probes(3));
     trip(&mut svc, &upstream).await;

@@ -348,6 +348,19 @@ impl Shared {
         self.admit_slow(w)
     }
 
+    /// A fail-fast refusal's common case, without building a decision:
+    /// the state word `w` is open, its period not over, and shadow mode is
+    /// off. Returns the milliseconds left; `None` sends the caller to
+    /// [`admit`](Self::admit).
+    #[inline]
+    pub(crate) fn refuses_open(&self, w: Word) -> Option<u64> {
+        if w.tag() != Tag::Open || self.hot.0.shadow.load(Ordering::Relaxed) {
+            return None;
+        }
+        let now = self.now_ms();
+        w.open_until_ms().checked_sub(now).filter(|&left| left > 0)
+    }
+
     #[cold]
     fn admit_slow(self: &Arc<Self>, mut w: Word) -> Decision {
         let now = self.now_ms();
@@ -814,7 +827,13 @@ impl Shared {
     /// streak or a count window, a window of calls all fast): a closed
     /// breaker with nothing to forget is the cheapest to evict.
     pub(crate) fn holds_failures(&self) -> bool {
-        self.hot.0.success.load(Ordering::Relaxed) != QUIET
+        !self.success_is_quiet()
+    }
+
+    /// Whether a closed-state success that needs no time changes nothing.
+    #[inline]
+    pub(crate) fn success_is_quiet(&self) -> bool {
+        self.hot.0.success.load(Ordering::Relaxed) == QUIET
     }
 
     /// Probes actively from now on (see [`crate::probe`]); starts at once if
