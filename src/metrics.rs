@@ -15,6 +15,14 @@
 //! nothing extra for metrics. The `breaker` label is the breaker's name (its
 //! key, in a registry).
 //!
+//! In a [`Registry`], every key gets its own series (six state gauges from
+//! the breaker's creation), and a recorder keeps the series of evicted keys
+//! unless it is set to drop idle ones (the Prometheus exporter's idle
+//! timeout, for one). [`RegistryBuilder::max_keys`](crate::registry::RegistryBuilder::max_keys)
+//! bounds the breakers, not the recorder: key on a closed set (providers,
+//! models), or let the recorder expire idle series, when keys come from
+//! request data.
+//!
 //! ```
 //! use tower_circuit_breaker::{metrics, Breaker, Config};
 //!

@@ -433,3 +433,53 @@ async fn a_key_used_through_a_clones_memory_stays_recently_used() {
     assert!(!held.contains(&"k02".to_string()), "{held:?}");
     assert_eq!(held.len(), 31);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_in_flight_when_its_breaker_is_evicted_counts_in_the_keys_breaker_now() {
+    let registry = Registry::<String>::builder()
+        .default_config(config(1))
+        .max_keys(16)
+        .build();
+    let slow = ServiceBuilder::new()
+        .layer(KeyedLayer::new(registry.clone(), |req: &(String, bool)| {
+            req.0.clone()
+        }))
+        .service(service_fn(|(_, fail): (String, bool)| async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            if fail {
+                Err(BoxError::from("timed out"))
+            } else {
+                Ok(())
+            }
+        }));
+    let in_flight = tokio::spawn(slow.oneshot(("k00".to_string(), true)));
+    tokio::task::yield_now().await;
+    assert_eq!(
+        registry.get(&"k00".into()).unwrap().snapshot().counts.calls,
+        1
+    );
+
+    // Full: `k00`, the least recently used and still closed, makes room.
+    make_keys(&registry, 15);
+    registry.get(&"new".into()).unwrap();
+    assert!(!keys(&registry).contains(&"k00".to_string()));
+
+    advance(Duration::from_secs(30)).await;
+    assert!(in_flight.await.unwrap().is_err());
+    let k00 = registry.get(&"k00".into()).unwrap();
+    assert_eq!(k00.state(), State::Open, "the failure counted for the key");
+    assert_eq!(k00.snapshot().counts.failures, 1);
+}
+
+#[test]
+fn a_breaker_in_shadow_mode_is_never_evicted() {
+    let registry = bounded(16);
+    registry.get(&"k00".into()).unwrap().set_shadow(true);
+    make_keys(&registry, 15);
+    // Full: `k00` is the least recently used, but a new breaker for its
+    // key would not be in shadow mode; `k01` makes room.
+    registry.get(&"new".into()).unwrap();
+    let held = keys(&registry);
+    assert!(held.contains(&"k00".to_string()), "{held:?}");
+    assert!(!held.contains(&"k01".to_string()), "{held:?}");
+}

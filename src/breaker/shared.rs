@@ -118,7 +118,14 @@ pub(super) struct Book {
     /// What this breaker knows of the fleet's state, when it shares one.
     #[cfg(feature = "redis")]
     fleet: fleet::FleetBook,
+    /// Retired by its registry: where the outcomes of calls it admitted go.
+    successor: Option<Successor>,
 }
+
+/// Takes the outcomes of calls a retired breaker admitted: the breaker its
+/// registry now holds for the same key.
+pub(crate) type Successor =
+    Arc<dyn Fn(Outcome, Option<Duration>, Option<(Duration, Instant)>) + Send + Sync>;
 
 /// What lock-free paths read of the config, kept up to date by `tune`.
 #[derive(Default)]
@@ -196,6 +203,7 @@ impl Shared {
                 config: config.clone(),
                 #[cfg(feature = "redis")]
                 fleet: fleet::FleetBook::default(),
+                successor: None,
             }),
             events: OnceLock::new(),
             forward: OnceLock::new(),
@@ -621,6 +629,18 @@ impl Shared {
             self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        if let Some(successor) = book.successor.clone() {
+            // Retired: the key's breaker now is another; the call counts
+            // there (outside this lock: it may take the registry's).
+            drop(book);
+            let outcome = if failure {
+                Outcome::Failure
+            } else {
+                Outcome::Success
+            };
+            successor(outcome, hint, timing);
+            return;
+        }
         // A success only needs the time when a policy keeps time windows;
         // resetting a streak or moving a count window does not.
         let (elapsed, now) = match timing {
@@ -710,7 +730,8 @@ impl Shared {
     }
 
     fn refresh_success_flag(&self, book: &Book) {
-        let matters = book.policy.success_matters();
+        // A retired breaker passes every success on.
+        let matters = book.policy.success_matters() || book.successor.is_some();
         // A fleet count known to hold failures is reset by a success.
         #[cfg(feature = "redis")]
         let matters = matters || book.fleet.failures;
@@ -811,9 +832,44 @@ impl Shared {
         self.counters.0.used_at.load(Ordering::Relaxed)
     }
 
-    /// Its registry has evicted it.
-    pub(crate) fn retire(&self) {
+    /// Retires this breaker from its registry if it is closed, and is not
+    /// in shadow mode nor probing actively (whose settings a new breaker
+    /// for the key would not have). Every transition holds the lock taken
+    /// here, so a breaker that trips meanwhile is not retired. Services
+    /// that remember it look the key up again, and the outcomes of calls it
+    /// admitted go to `successor`: every success takes the lock from now on
+    /// to be passed on.
+    pub(crate) fn retire_if_idle(&self, successor: Successor) -> bool {
+        let mut book = self.lock();
+        if !self.is_evictable() {
+            return false;
+        }
+        book.successor = Some(successor);
+        self.refresh_success_flag(&book);
         self.hot.0.retired.store(true, Ordering::Release);
+        true
+    }
+
+    /// Whether its registry may evict it: closed, not in shadow mode, not
+    /// probing actively.
+    pub(crate) fn is_evictable(&self) -> bool {
+        self.load().tag() == Tag::Closed
+            && !self.hot.0.shadow.load(Ordering::Relaxed)
+            && self.prober.get().is_none()
+    }
+
+    /// Records the outcome of a call another breaker admitted (one retired
+    /// since), in the current closed generation; dropped if not closed.
+    pub(crate) fn record_forwarded(
+        &self,
+        outcome: Outcome,
+        hint: Option<Duration>,
+        timing: Option<(Duration, Instant)>,
+    ) {
+        let w = self.load();
+        if w.tag() == Tag::Closed {
+            self.record_closed(w.generation(), outcome, hint, timing);
+        }
     }
 
     /// Whether its registry has evicted it.
@@ -1071,6 +1127,50 @@ mod tests {
 
     fn mode(shared: &Shared) -> u8 {
         shared.hot.0.success.load(Ordering::Relaxed)
+    }
+
+    /// A successor that notes what it is given.
+    fn noting() -> (Successor, Arc<Mutex<Vec<Outcome>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let noted = Arc::clone(&seen);
+        let successor: Successor = Arc::new(move |outcome, _, _| {
+            noted.lock().unwrap().push(outcome);
+        });
+        (successor, seen)
+    }
+
+    #[test]
+    fn a_retired_breaker_passes_every_outcome_of_its_generation_on() {
+        let shared = shared(CountWindow::new(2, 10));
+        let (successor, seen) = noting();
+        assert_eq!(mode(&shared), QUIET);
+        assert!(shared.retire_if_idle(successor));
+        assert!(shared.is_retired());
+        assert_eq!(mode(&shared), RECORD, "successes take the lock");
+        shared.record_closed(0, Outcome::Success, None, None);
+        shared.record_closed(0, Outcome::Failure, None, None);
+        shared.record_closed(0, Outcome::Failure, None, None);
+        shared.record_closed(1, Outcome::Failure, None, None); // stale
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [Outcome::Success, Outcome::Failure, Outcome::Failure]
+        );
+        assert_eq!(shared.state(), State::Closed, "nothing counted here");
+        assert_eq!(shared.snapshot().counts.failures, 0);
+    }
+
+    #[test]
+    fn only_an_idle_closed_breaker_retires() {
+        let open = shared(CountWindow::new(1, 10));
+        open.record_closed(0, Outcome::Failure, None, None);
+        assert_eq!(open.state(), State::Open);
+        assert!(!open.retire_if_idle(noting().0));
+        assert!(!open.is_retired());
+
+        let shadowed = shared(CountWindow::new(1, 10));
+        shadowed.set_shadow(true);
+        assert!(!shadowed.retire_if_idle(noting().0));
+        assert!(!shadowed.is_retired());
     }
 
     #[test]
