@@ -15,7 +15,7 @@ use futures_util::FutureExt;
 use std::time::Duration;
 
 use redis_support::{
-    connect, eventually, free_port, next_event, GarbageServer, RedisServer, Upstream,
+    connect, eventually, free_port, next_event, GarbageServer, RedisServer, StallingProxy, Upstream,
 };
 use tokio::time::Instant;
 use tower::{BoxError, Service, ServiceExt};
@@ -322,6 +322,46 @@ async fn a_prober_that_dies_frees_the_probe_lock_by_expiry() {
 }
 
 #[tokio::test]
+async fn a_lock_holder_cut_off_by_a_redis_stall_races_for_the_lock_again() {
+    let server = RedisServer::start_debuggable();
+    let upstream = Upstream::failing();
+    let config = config("llm", 1, Duration::from_millis(100));
+    let mut fleet = synced_fleet(2, &server, "stall", &config, &upstream).await;
+    let mut events: Vec<_> = fleet.iter().map(|i| i.store.subscribe()).collect();
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    // Nobody sends a request: whoever wins the lock holds it, renewing its
+    // lease (800 ms).
+    eventually("a lock won", || {
+        fleet.iter().any(|i| i.store.stats().probe_locks_won > 0)
+    })
+    .await;
+    // Redis stalls for longer than the lease: the holder's renewal goes
+    // unanswered, and its lock runs out in Redis meanwhile.
+    let mut conn = connect(&server.url()).await;
+    redis::cmd("DEBUG")
+        .arg("SLEEP")
+        .arg(1.5)
+        .query_async::<()>(&mut conn)
+        .await
+        .expect("DEBUG SLEEP");
+    for events in &mut events {
+        loop {
+            if next_event(events).await == StoreEvent::Restored {
+                break;
+            }
+        }
+    }
+    // Both race for the lock again: one holds it, the other hears so and
+    // stays open, so a request to each sends one probe between them.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let calls = upstream.calls();
+    let mut answers = vec![fleet[0].request().await, fleet[1].request().await];
+    answers.sort_by_key(|a| *a as u8);
+    assert_eq!(upstream.calls(), calls + 1, "one probe: {answers:?}");
+    assert_eq!(answers, [Answer::Failed, Answer::Refused]);
+}
+
+#[tokio::test]
 async fn an_idle_prober_whose_lease_runs_out_unopposed_stays_half_open() {
     let server = RedisServer::start();
     let upstream = Upstream::failing();
@@ -586,6 +626,33 @@ async fn a_slow_redis_blocks_no_request_and_counts_as_unavailable_until_it_answe
 }
 
 #[tokio::test]
+async fn a_connection_gone_silent_is_replaced_once_redis_answers_again() {
+    let server = RedisServer::start();
+    let proxy = StallingProxy::start(server.port);
+    let upstream = Upstream::default();
+    let instance = Instance::new(
+        RedisStore::builder(proxy.url())
+            .prefix("silent")
+            .refresh_interval(Duration::from_millis(200))
+            .command_timeout(Duration::from_millis(200)),
+        config("llm", 3, Duration::from_secs(30)),
+        &upstream,
+    );
+    synced(std::slice::from_ref(&instance)).await;
+    let mut events = instance.store.subscribe();
+    // The host behind the address vanishes without a reset: the
+    // connection stays open and nothing comes back.
+    proxy.stall();
+    let event = next_event(&mut events).await;
+    assert!(matches!(event, StoreEvent::Unavailable { .. }), "{event:?}");
+    // Redis answers at that address again; the silent connection never
+    // will.
+    proxy.heal();
+    assert_eq!(next_event(&mut events).await, StoreEvent::Restored);
+    assert!(instance.store.is_available());
+}
+
+#[tokio::test]
 async fn hostile_names_stay_in_their_own_breakers() {
     let server = RedisServer::start();
     let upstream = Upstream::failing();
@@ -765,6 +832,43 @@ async fn an_outage_seen_and_over_while_redis_was_down_does_not_open_the_fleet_la
     assert_eq!(fleet[0].state(), State::Closed);
     assert_eq!(fleet[1].state(), State::Closed);
     assert_eq!(fleet[1].request().await, Answer::Answered);
+}
+
+#[tokio::test]
+async fn an_opening_whose_period_ended_while_redis_was_down_is_not_shared_later() {
+    let mut server = RedisServer::start();
+    let upstream = Upstream::default();
+    let config = config("llm", 2, Duration::from_millis(200));
+    let mut fleet = synced_fleet(2, &server, "ended", &config, &upstream).await;
+    let mut events: Vec<_> = fleet.iter().map(|i| i.store.subscribe()).collect();
+    server.kill();
+    for events in &mut events {
+        assert!(matches!(
+            next_event(events).await,
+            StoreEvent::Unavailable { .. }
+        ));
+    }
+    // The first instance trips while Redis is away; its open period ends
+    // with no request to probe.
+    upstream.fail();
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    assert_eq!(fleet[0].state(), State::Open);
+    upstream.recover();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(fleet[0].state(), State::HalfOpen);
+    server.restart();
+    for events in &mut events {
+        assert_eq!(next_event(events).await, StoreEvent::Restored);
+    }
+    // A few refreshes later the other instance is still closed: an
+    // outage that may be over was not replayed to the fleet.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(fleet[1].state(), State::Closed);
+    assert_eq!(fleet[1].request().await, Answer::Answered);
+    // The first probes on its own next request, and closes.
+    assert_eq!(fleet[0].request().await, Answer::Answered);
+    assert_eq!(fleet[0].state(), State::Closed);
 }
 
 #[tokio::test]

@@ -236,6 +236,111 @@ impl Drop for GarbageServer {
     }
 }
 
+/// A TCP proxy on loopback in front of a Redis server. [`stall`] makes
+/// every connection open through it go silent for good (its socket stays
+/// open, what is sent is swallowed), as when the host behind an address
+/// dies without a reset; connections opened after [`heal`] reach Redis
+/// again. Stops when dropped.
+///
+/// [`stall`]: StallingProxy::stall
+/// [`heal`]: StallingProxy::heal
+pub struct StallingProxy {
+    pub port: u16,
+    stop: Arc<AtomicBool>,
+    stalling: Arc<AtomicBool>,
+    links: Arc<std::sync::Mutex<Vec<Arc<AtomicBool>>>>,
+}
+
+impl StallingProxy {
+    pub fn start(redis_port: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
+        let port = listener.local_addr().expect("local address").port();
+        let proxy = StallingProxy {
+            port,
+            stop: Arc::new(AtomicBool::new(false)),
+            stalling: Arc::new(AtomicBool::new(false)),
+            links: Arc::default(),
+        };
+        let (stop, stalling, links) = (
+            Arc::clone(&proxy.stop),
+            Arc::clone(&proxy.stalling),
+            Arc::clone(&proxy.links),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", redis_port)) else {
+                    continue;
+                };
+                let silent = Arc::new(AtomicBool::new(stalling.load(Ordering::SeqCst)));
+                links.lock().unwrap().push(Arc::clone(&silent));
+                for (from, to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let (stop, silent) = (Arc::clone(&stop), Arc::clone(&silent));
+                    std::thread::spawn(move || pump(from, to, &stop, &silent));
+                }
+            }
+        });
+        proxy
+    }
+
+    /// Every connection open now, and every one opened until [`heal`]
+    /// (StallingProxy::heal), goes silent for good.
+    pub fn stall(&self) {
+        self.stalling.store(true, Ordering::SeqCst);
+        for link in self.links.lock().unwrap().iter() {
+            link.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Connections opened from now on reach Redis.
+    pub fn heal(&self) {
+        self.stalling.store(false, Ordering::SeqCst);
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+/// Copies `from` to `to` until either closes, swallowing what arrives once
+/// `silent` is set.
+fn pump(mut from: TcpStream, mut to: TcpStream, stop: &AtomicBool, silent: &AtomicBool) {
+    let _ = from.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut buf = [0u8; 16 * 1024];
+    while !stop.load(Ordering::Relaxed) {
+        match from.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) if !silent.load(Ordering::SeqCst) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+impl Drop for StallingProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
 /// The upstream the instances call: fails or succeeds on command, and
 /// counts the calls that reach it.
 #[derive(Clone, Default)]

@@ -171,9 +171,13 @@ impl Shared {
             book.fleet.generation != 0 && generation.is_none_or(|g| g == book.fleet.generation);
         match w.tag() {
             Tag::Open | Tag::HalfOpen if follows => self.fleet_close(book, w),
+            // Still open: an opening whose period has ended (it reads as
+            // half-open) may be over, and is not replayed to the fleet.
             Tag::Open if book.fleet.generation == 0 && generation.is_none() => {
                 let left_ms = w.open_until_ms().saturating_sub(self.now_ms());
-                self.fleet_opened(&mut book, left_ms);
+                if left_ms > 0 {
+                    self.fleet_opened(&mut book, left_ms);
+                }
             }
             _ => {}
         }

@@ -389,6 +389,11 @@ impl Task {
     }
 
     fn mark_down(&mut self, error: &RedisError) {
+        // The next exchange connects afresh: a connection that stopped
+        // answering (the host behind the address gone without a reset) is
+        // never told so, and would time out for as long as the kernel keeps
+        // its socket.
+        self.conn = None;
         if let Some(inner) = self.stats() {
             inner.stats.available.store(false, Ordering::Relaxed);
             if self.available == Some(false) {
@@ -680,10 +685,16 @@ impl Task {
                     // or held by an operator): the refresh keeps watching.
                     entry.won = None;
                     entry.next_probe = None;
-                } else if !(left_ms == 0 && entry.won == Some(generation)) {
+                } else if !(left_ms == 0
+                    && entry.won == Some(generation)
+                    && entry.next_probe.is_some())
+                {
                     // Unless this instance holds the lock of this round
-                    // (its lease decides when to look again), try the lock
-                    // when the period ends.
+                    // (its lease renewal decides when to look again), try
+                    // the lock when the period ends. A holder whose renewal
+                    // went unanswered (Redis stalled, or was down) has none
+                    // scheduled, and may have lost the lock meanwhile: it
+                    // races for it again.
                     entry.won = None;
                     entry.next_probe = Some(now + retry_in(left_ms));
                 }
