@@ -652,6 +652,56 @@ async fn a_connection_gone_silent_is_replaced_once_redis_answers_again() {
     assert!(instance.store.is_available());
 }
 
+/// How many `HMGET`s (one per key read back) Redis has served.
+async fn key_reads(server: &RedisServer) -> u64 {
+    let mut conn = connect(&server.url()).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_hmget:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_burst_of_attachments_is_read_back_once_not_once_per_attachment() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let slow_refresh =
+        |server: &RedisServer| store(server, "burst").refresh_interval(Duration::from_secs(3_600));
+    // Another instance has opened the last key for the fleet.
+    let mut tripper = Instance::new(
+        slow_refresh(&server),
+        config("k299", 1, Duration::from_secs(30)),
+        &upstream,
+    );
+    synced(std::slice::from_ref(&tripper)).await;
+    assert_eq!(tripper.request().await, Answer::Failed);
+    eventually("the opening written", || tripper.store.stats().writes > 0).await;
+    let before = key_reads(&server).await;
+
+    // 300 breakers attached at once, as a registry warming up attaches them.
+    let store = slow_refresh(&server).build().unwrap();
+    let breakers: Vec<Breaker> = (0..300)
+        .map(|i| Breaker::new(config(&format!("k{i}"), 1, Duration::from_secs(30))))
+        .collect();
+    for breaker in &breakers {
+        assert!(store.attach(breaker));
+    }
+    // Read at once, not at the next refresh an hour away.
+    eventually("the fleet's opening read on attachment", || {
+        breakers[299].state() == State::Open
+    })
+    .await;
+    assert!(breakers[..299].iter().all(|b| b.state() == State::Closed));
+    // Once per key: a refresh of every attached key per attachment would
+    // read 45,150 keys.
+    let reads = key_reads(&server).await - before;
+    assert!((300..=600).contains(&reads), "{reads} keys read");
+}
+
 #[tokio::test]
 async fn hostile_names_stay_in_their_own_breakers() {
     let server = RedisServer::start();

@@ -19,7 +19,8 @@
 //! - **A local read path.** Admission reads only local memory. Each instance
 //!   refreshes the state of all its keys every
 //!   [`refresh_interval`](RedisStoreBuilder::refresh_interval) (one round
-//!   trip: all keys' reads are in flight at once on one connection), and is
+//!   trip: all keys' reads are in flight at once on one connection; a key
+//!   just attached is read at once, on its own), and is
 //!   told of every opening and closing at once by pub/sub, so the fleet
 //!   learns of a trip within milliseconds. Writes go to a background task
 //!   through a bounded queue; a full queue drops the oldest write and counts
@@ -240,7 +241,9 @@ pub struct StoreStats {
     pub failed_writes: u64,
     /// Writes carried out.
     pub writes: u64,
-    /// Bulk refreshes completed.
+    /// Read-back rounds completed: the refresh of every attached key each
+    /// interval, and the first read of keys just attached (a burst of
+    /// attachments, as a registry warming up makes, is read in one round).
     pub refreshes: u64,
     /// Pub/sub messages taken in.
     pub messages: u64,

@@ -2,7 +2,8 @@
 //!
 //! It drains the write queue (every write of a batch in flight at once on
 //! one multiplexed connection), reads back the state of every attached key
-//! each refresh interval, takes pub/sub messages from the subscriber task,
+//! each refresh interval (and of newly attached keys at once, a burst of
+//! them in one round), takes pub/sub messages from the subscriber task,
 //! and tries the probe lock when a key's open period ends. Every answer goes
 //! back into the local breakers through the `fleet_*` transitions. Every
 //! exchange has a timeout; a failed or garbled exchange marks Redis
@@ -283,6 +284,8 @@ pub(crate) struct Task {
     names: Names,
     events: broadcast::Sender<StoreEvent>,
     entries: HashMap<Arc<str>, Entry>,
+    /// Keys attached since the last read of their state.
+    fresh: Vec<Arc<str>>,
     /// Whether Redis counts as available; `None` before the first exchange.
     available: Option<bool>,
 }
@@ -314,6 +317,7 @@ impl Task {
             },
             events: inner.events.clone(),
             entries: HashMap::new(),
+            fresh: Vec::new(),
             available: None,
         }
     }
@@ -340,8 +344,12 @@ impl Task {
                     // Every store handle is gone.
                     None => return,
                     Some(attached) => {
+                        // A burst of attachments (a registry warming up)
+                        // is read back in one round, not one each.
                         self.add(attached);
-                        next_refresh = Instant::now();
+                        while let Ok(attached) = self.attached.try_recv() {
+                            self.add(attached);
+                        }
                     }
                 },
                 Some(message) = messages.recv() => {
@@ -355,6 +363,11 @@ impl Task {
             if Instant::now() >= next_refresh {
                 self.refresh().await;
                 next_refresh = Instant::now() + self.timing.refresh;
+            } else if !self.fresh.is_empty() {
+                // Only the new keys: the others were read at the last
+                // refresh, and messages keep them current.
+                let fresh = std::mem::take(&mut self.fresh);
+                self.read_back(fresh).await;
             }
             self.probe_due().await;
         }
@@ -372,6 +385,7 @@ impl Task {
                 won: None,
             });
         entry.breakers.push(attached.breaker);
+        self.fresh.push(attached.escaped);
     }
 
     /// The connection, made if need be.
@@ -469,13 +483,13 @@ impl Task {
     /// Reads back the state of every attached key, all reads in flight at
     /// once; with no key, checks that Redis answers.
     async fn refresh(&mut self) {
-        let conn = match self.conn().await {
-            Ok(conn) => conn,
-            Err(e) => return self.mark_down(&e),
-        };
+        self.fresh.clear();
         self.entries.retain(|_, e| e.prune());
         if self.entries.is_empty() {
-            let mut conn = conn;
+            let mut conn = match self.conn().await {
+                Ok(conn) => conn,
+                Err(e) => return self.mark_down(&e),
+            };
             return match timeout(self.timing.command_timeout, conn.ping()).await {
                 Ok(Ok(())) => self.mark_up(),
                 Ok(Err(e)) => self.mark_down(&e),
@@ -483,6 +497,26 @@ impl Task {
             };
         }
         let names: Vec<Arc<str>> = self.entries.keys().cloned().collect();
+        self.read_back(names).await;
+    }
+
+    /// Reads back the state of the attached keys `names`, all reads in
+    /// flight at once, and applies it; whether Redis answered.
+    async fn read_back(&mut self, names: Vec<Arc<str>>) -> bool {
+        let conn = match self.conn().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                self.mark_down(&e);
+                return false;
+            }
+        };
+        let mut names: Vec<Arc<str>> = names
+            .into_iter()
+            .filter(|name| self.entries.contains_key(name))
+            .collect();
+        // A key attached twice (two breakers of one name) is read once.
+        names.sort_unstable();
+        names.dedup();
         let futures = names.iter().map(|name| {
             let keys = &self.entries[name].keys;
             let mut pipe = redis::pipe();
@@ -497,14 +531,20 @@ impl Task {
         });
         let replies = match timeout(self.timing.command_timeout, join_all(futures)).await {
             Ok(replies) => replies,
-            Err(_) => return self.mark_down(&timed_out()),
+            Err(_) => {
+                self.mark_down(&timed_out());
+                return false;
+            }
         };
         let replies = replies
             .into_iter()
             .map(|r| r.and_then(|v| read_state(&v).ok_or_else(|| garbage(&format!("{v:?}")))));
         let parsed = match self.sort_replies(names.into_iter().zip(replies)) {
             Ok(parsed) => parsed,
-            Err(e) => return self.mark_down(&e),
+            Err(e) => {
+                self.mark_down(&e);
+                return false;
+            }
         };
         self.mark_up();
         if let Some(inner) = self.stats() {
@@ -513,6 +553,7 @@ impl Task {
         for (name, reply) in parsed {
             self.apply(&name, reply);
         }
+        true
     }
 
     /// Tries the probe lock of every key whose time has come.
