@@ -850,12 +850,21 @@ async fn writes_while_redis_is_down_are_dropped_and_counted() {
     assert_eq!(instance.store.stats().writes, 0);
 }
 
-#[tokio::test]
-async fn an_outage_seen_and_over_while_redis_was_down_does_not_open_the_fleet_later() {
+/// Two synced instances under `prefix` (2 failures open for 200 ms);
+/// Redis killed, both told so; then the first instance tripped by a
+/// failing upstream while Redis is away.
+async fn tripped_while_redis_is_down(
+    prefix: &str,
+) -> (
+    RedisServer,
+    Upstream,
+    Vec<Instance>,
+    Vec<tokio::sync::broadcast::Receiver<StoreEvent>>,
+) {
     let mut server = RedisServer::start();
     let upstream = Upstream::default();
     let config = config("llm", 2, Duration::from_millis(200));
-    let mut fleet = synced_fleet(2, &server, "stale", &config, &upstream).await;
+    let mut fleet = synced_fleet(2, &server, prefix, &config, &upstream).await;
     let mut events: Vec<_> = fleet.iter().map(|i| i.store.subscribe()).collect();
     server.kill();
     for events in &mut events {
@@ -864,11 +873,17 @@ async fn an_outage_seen_and_over_while_redis_was_down_does_not_open_the_fleet_la
             StoreEvent::Unavailable { .. }
         ));
     }
-    // The first instance trips, probes and closes, all while Redis is away.
     upstream.fail();
     assert_eq!(fleet[0].request().await, Answer::Failed);
     assert_eq!(fleet[0].request().await, Answer::Failed);
     assert_eq!(fleet[0].state(), State::Open);
+    (server, upstream, fleet, events)
+}
+
+#[tokio::test]
+async fn an_outage_seen_and_over_while_redis_was_down_does_not_open_the_fleet_later() {
+    let (mut server, upstream, mut fleet, mut events) = tripped_while_redis_is_down("stale").await;
+    // The first instance probes and closes, all while Redis is away.
     upstream.recover();
     fleet[0]
         .request_until_closed(Duration::from_millis(20), "never closed locally")
@@ -886,24 +901,8 @@ async fn an_outage_seen_and_over_while_redis_was_down_does_not_open_the_fleet_la
 
 #[tokio::test]
 async fn an_opening_whose_period_ended_while_redis_was_down_is_not_shared_later() {
-    let mut server = RedisServer::start();
-    let upstream = Upstream::default();
-    let config = config("llm", 2, Duration::from_millis(200));
-    let mut fleet = synced_fleet(2, &server, "ended", &config, &upstream).await;
-    let mut events: Vec<_> = fleet.iter().map(|i| i.store.subscribe()).collect();
-    server.kill();
-    for events in &mut events {
-        assert!(matches!(
-            next_event(events).await,
-            StoreEvent::Unavailable { .. }
-        ));
-    }
-    // The first instance trips while Redis is away; its open period ends
-    // with no request to probe.
-    upstream.fail();
-    assert_eq!(fleet[0].request().await, Answer::Failed);
-    assert_eq!(fleet[0].request().await, Answer::Failed);
-    assert_eq!(fleet[0].state(), State::Open);
+    let (mut server, upstream, mut fleet, mut events) = tripped_while_redis_is_down("ended").await;
+    // The first instance's open period ends with no request to probe.
     upstream.recover();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(fleet[0].state(), State::HalfOpen);
