@@ -20,8 +20,8 @@ const MAX_OPEN_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// | `cooldown` | 30 s | first open period |
 /// | `backoff` | 2.0 | each failed probe multiplies the open period |
 /// | `max_open` | 5 min | cap on the open period, and on retry-after hints |
-/// | `min_open` | 0 | floor under the open period after jitter |
-/// | `jitter` | 0.0 | open period shortened by up to this share, at random |
+/// | `min_open` | 0 | floor under every open period |
+/// | `jitter` | 0.0 | open period lengthened by up to this share, at random (never shortened) |
 /// | `probes` | 1 | probe calls in flight at once while half-open |
 /// | `successes_to_close` | 1 | probe successes that close the breaker |
 /// | `probe_timeout` | 60 s | a probe running longer counts as a failure |
@@ -105,7 +105,7 @@ impl Config {
         self.backoff
     }
 
-    /// The largest share by which jitter shortens an open period.
+    /// The largest share by which jitter lengthens an open period.
     pub fn jitter(&self) -> f64 {
         self.jitter
     }
@@ -239,8 +239,10 @@ impl ConfigBuilder {
         self
     }
 
-    /// Shortens each open period by a random share up to `share`, in
+    /// Lengthens each open period by a random share up to `share`, in
     /// `[0, 1)` (default 0), so that many clients do not probe in step.
+    /// Jitter never shortens a period: `cooldown` stays the least time
+    /// before the first probe, and `max_open` still caps the result.
     pub fn jitter(mut self, share: f64) -> Self {
         self.config.jitter = share;
         self

@@ -380,20 +380,46 @@ async fn open_period_grows_on_failed_probes_caps_and_resets_on_close() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn min_open_holds_under_full_jitter() {
+async fn jitter_lengthens_the_open_period_and_never_shortens_it() {
     let config = one_failure_trips()
         .cooldown(Duration::from_secs(10))
-        .jitter(0.99)
-        .min_open(Duration::from_secs(8));
+        .backoff(1.0)
+        .jitter(0.5);
+    let (breaker, mut svc, upstream) = setup(config);
+    let mut longest = Duration::ZERO;
+    for _ in 0..40 {
+        trip(&mut svc, &upstream).await;
+        let open_for = breaker.retry_after().expect("open");
+        assert!(open_for >= Duration::from_secs(10), "{open_for:?}");
+        assert!(open_for <= Duration::from_secs(15), "{open_for:?}");
+        longest = longest.max(open_for);
+        // Not a moment before the cooldown: still refused.
+        advance(Duration::from_secs(10) - Duration::from_millis(1)).await;
+        assert_eq!(breaker.state(), State::Open);
+        advance(open_for - Duration::from_secs(10) + Duration::from_millis(1)).await;
+        call(&mut svc, 1).await.unwrap();
+        assert_eq!(breaker.state(), State::Closed);
+    }
+    assert!(
+        longest > Duration::from_secs(11),
+        "jitter applied: {longest:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_open_caps_a_jittered_period() {
+    let config = one_failure_trips()
+        .cooldown(Duration::from_secs(10))
+        .max_open(Duration::from_secs(11))
+        .jitter(0.99);
     let (breaker, mut svc, upstream) = setup(config);
     for _ in 0..20 {
         trip(&mut svc, &upstream).await;
         let open_for = breaker.retry_after().expect("open");
-        assert!(open_for >= Duration::from_secs(8), "{open_for:?}");
-        assert!(open_for <= Duration::from_secs(10), "{open_for:?}");
+        assert!(open_for >= Duration::from_secs(10), "{open_for:?}");
+        assert!(open_for <= Duration::from_secs(11), "{open_for:?}");
         advance(open_for).await;
         call(&mut svc, 1).await.unwrap();
-        assert_eq!(breaker.state(), State::Closed);
     }
 }
 

@@ -757,12 +757,11 @@ impl Shared {
     }
 
     /// End of the next open period, starting at `from_ms`: the policy's
-    /// period for this attempt, jittered, never under `min_open`, never under
-    /// an announced retry-after, never over `max_open`.
+    /// period for this attempt, lengthened by jitter, never under `min_open`,
+    /// never under an announced retry-after, never over `max_open`.
     fn open_until(&self, book: &mut Book, from_ms: u64) -> u64 {
         let c = &book.config;
         let active = book.attempt > 0 && self.prober.get().is_some();
-        let floor = if active { Duration::ZERO } else { c.min_open };
         let mut period = if active {
             // Probing actively: a failed probe is followed by the next one
             // an interval later, not by a longer and longer wait. Users are
@@ -772,9 +771,13 @@ impl Shared {
         } else {
             c.open_period(book.attempt)
         };
+        // Jitter lengthens, never shortens: `cooldown` (and every period
+        // after it) is the least time before a probe, as users read it and
+        // as other breakers and backoffs that jitter a wait treat it.
         if c.jitter > 0.0 {
             let share = c.jitter * next_unit(&mut book.rng);
-            period = period.mul_f64(1.0 - share).max(floor);
+            period = Duration::try_from_secs_f64(period.as_secs_f64() * (1.0 + share))
+                .unwrap_or(c.max_open);
         }
         let mut until = from_ms.saturating_add(millis_up(period));
         // Read, not taken: the caller clears it once the transition is made.
