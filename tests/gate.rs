@@ -301,3 +301,24 @@ async fn gate_call_without_a_reservation_still_refuses_an_open_breaker() {
     assert!(CircuitOpen::find(err.as_ref()).is_some());
     assert_eq!(upstream.calls(), calls);
 }
+
+#[tokio::test(start_paused = true)]
+async fn shadow_mode_wakes_gate_waiters_at_once() {
+    let (breaker, _, mut svc) = tripped_gate().await;
+    let (counter, waker) = counting_waker();
+    let mut cx = Context::from_waker(&waker);
+    assert!(svc.poll_ready(&mut cx).is_pending());
+
+    breaker.set_shadow(true);
+    assert_eq!(wakes(&counter), 1, "woken by the change, not by its timer");
+    assert!(
+        svc.poll_ready(&mut cx).is_ready(),
+        "shadow mode lets it through"
+    );
+    assert_eq!(svc.call(3).await.unwrap(), 3);
+    assert_eq!(
+        breaker.state(),
+        State::Open,
+        "the breaker itself stays open"
+    );
+}

@@ -109,6 +109,10 @@ impl Shared {
         let was = self.hot.0.shadow.swap(on, Ordering::Relaxed);
         if was != on {
             tracing::info!(breaker = %self.name(), shadow = on, "circuit breaker shadow mode changed");
+            // Shadow mode turns every refusal into a pass: a gate-mode clone
+            // waiting for the breaker to admit it may go now (and one
+            // admitted by shadow mode must look again when it ends).
+            self.clones.wake_all();
         }
     }
 
