@@ -345,6 +345,84 @@ mod unused_reservation {
     }
 }
 
+/// A probe whose answer comes after its `probe_timeout` timed out, whatever
+/// the answer, even when no other call came by to notice the deadline.
+mod late_probe_outcome {
+    use std::time::Duration;
+
+    use tokio::time::advance;
+    use tower::{service_fn, BoxError, Service, ServiceExt};
+    use tower_circuit_breaker::policy::{ConsecutiveFailures, TripReason};
+    use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, State};
+
+    fn breaker() -> Breaker {
+        Breaker::new(
+            Config::builder()
+                .trip(ConsecutiveFailures::new(1))
+                .cooldown(Duration::from_secs(10))
+                .backoff(1.0)
+                .probe_timeout(Some(Duration::from_secs(5)))
+                .build()
+                .unwrap(),
+        )
+    }
+
+    /// Fails at once for 0; for n > 0 answers after n seconds, failing
+    /// when n is odd.
+    fn upstream() -> impl Service<u64, Response = (), Error = BoxError, Future: Send> + Clone {
+        service_fn(|secs: u64| async move {
+            if secs == 0 {
+                return Err::<(), BoxError>("down".into());
+            }
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            if secs % 2 == 1 {
+                Err("down".into())
+            } else {
+                Ok(())
+            }
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_success_after_the_probe_timeout_reopens_instead_of_closing() {
+        let breaker = breaker();
+        let mut svc = CircuitBreaker::new(upstream(), &breaker);
+        assert!(svc.ready().await.unwrap().call(0).await.is_err());
+        advance(Duration::from_secs(10)).await;
+
+        // The only call in flight: it succeeds 8 s later, 3 s past its
+        // deadline.
+        let probe = svc.ready().await.unwrap().call(8);
+        assert!(probe.await.is_ok(), "the caller still gets its answer");
+        let snap = breaker.snapshot();
+        assert_eq!(snap.state, State::Open, "{snap:?}");
+        assert_eq!(snap.last_trip, Some(TripReason::ProbeTimedOut));
+        assert_eq!(snap.counts.failures, 2, "the trip and the late probe");
+        assert_eq!(
+            breaker.retry_after(),
+            Some(Duration::from_secs(7)),
+            "open from the probe's deadline (5 s in), not from its answer (8 s)"
+        );
+        advance(Duration::from_secs(7)).await;
+        svc.ready().await.unwrap().call(2).await.unwrap();
+        assert_eq!(breaker.state(), State::Closed, "a timely probe closes it");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_after_the_probe_timeout_counts_once_as_a_timeout() {
+        let breaker = breaker();
+        let mut svc = CircuitBreaker::new(upstream(), &breaker);
+        assert!(svc.ready().await.unwrap().call(0).await.is_err());
+        advance(Duration::from_secs(10)).await;
+        assert!(svc.ready().await.unwrap().call(7).await.is_err());
+        let snap = breaker.snapshot();
+        assert_eq!(snap.last_trip, Some(TripReason::ProbeTimedOut));
+        assert_eq!(snap.counts.failures, 2);
+        assert_eq!(snap.counts.opened, 2);
+        assert_eq!(breaker.retry_after(), Some(Duration::from_secs(8)));
+    }
+}
+
 /// Rounds of each race test: enough to hit the window within seconds.
 const ROUNDS: usize = 2_000;
 

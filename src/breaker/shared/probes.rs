@@ -230,6 +230,9 @@ impl Shared {
         if book.probes.was_judged(ticket) {
             return;
         }
+        let Some(mut book) = self.unless_late(book, generation, ticket) else {
+            return;
+        };
         let w = self.load();
         let valid = w.tag() == Tag::HalfOpen
             && w.generation() == generation
@@ -272,10 +275,42 @@ impl Shared {
         if book.probes.was_judged(ticket) {
             return;
         }
+        let Some(book) = self.unless_late(book, generation, ticket) else {
+            return;
+        };
         let now = self.now_ms();
         if self.reopen(book, generation, now, hint, TripReason::ProbeFailed) {
             self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Gives the lock back to record a probe's outcome, unless the outcome
+    /// arrived after the probe's deadline: then, whatever it says, the probe
+    /// timed out, as it would have been judged at its deadline had another
+    /// call come by meanwhile. Every overdue probe is judged (the breaker
+    /// reopens from the earliest deadline), this one's outcome counts no
+    /// further, and `None` is returned.
+    fn unless_late<'a>(
+        &'a self,
+        mut book: MutexGuard<'a, Book>,
+        generation: u32,
+        ticket: Option<Ticket>,
+    ) -> Option<MutexGuard<'a, Book>> {
+        let Some(ticket) = ticket else {
+            return Some(book);
+        };
+        let now = self.now_ms();
+        let late = book
+            .probes
+            .entry(generation, ticket)
+            .is_some_and(|e| e.called && e.deadline_ms <= now);
+        if !late {
+            return Some(book);
+        }
+        drop(book);
+        self.time_out_probes(generation, now);
+        self.lock().probes.was_judged(Some(ticket));
+        None
     }
 
     /// A caller saw a probe deadline pass. A probe whose call was made and
