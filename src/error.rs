@@ -94,9 +94,14 @@ impl CircuitOpen {
         }
     }
 
-    /// How long until the breaker may admit a call again: the rest of the
-    /// open period, or, when half-open with every probe in flight, the time
-    /// until those probes time out (zero when no probe timeout is set).
+    /// How long to wait before asking again: the rest of the open period;
+    /// when half-open with every probe in flight, the length of the open
+    /// period that just ended, or the time left until those probes time
+    /// out if that is sooner. Never the probe timeout's worst case: a probe
+    /// that answers settles the question long before it, and a caller that
+    /// comes back early is refused again at once; an operator's hold
+    /// ([`State::ForcedOpen`]) says `max_open`, as nobody knows its end.
+    /// With active probing, while half-open, the probe interval.
     pub fn retry_after(&self) -> Duration {
         Duration::from_millis(self.retry_after_ms)
     }

@@ -770,6 +770,49 @@ async fn half_open_breaker_with_its_probe_in_flight_refuses_others_without_polli
     assert_eq!(breaker.state(), State::Closed);
 }
 
+/// While a probe is in flight, the others are told to come back after the
+/// open period that just ended (200 ms here), not after the probe timeout's
+/// worst case (60 s): a gateway would otherwise send its users away for a
+/// minute with `Retry-After: 60`.
+#[tokio::test(start_paused = true)]
+async fn half_open_refusals_advertise_the_open_period_not_the_probe_timeout() {
+    let layer = CircuitBreakerLayer::new(
+        common::builder(ConsecutiveFailures::new(1))
+            .cooldown(Duration::from_millis(200))
+            .probe_timeout(Some(Duration::from_secs(60)))
+            .build()
+            .unwrap(),
+    );
+    let breaker = layer.breaker();
+    let mut svc = ServiceBuilder::new()
+        .layer(layer)
+        .service(Scripted::default());
+    send(&mut svc, Call::Fail).await.unwrap_err();
+    advance(Duration::from_millis(200)).await;
+
+    let probe = tokio::spawn(
+        svc.clone()
+            .oneshot(Call::SlowOk(Duration::from_millis(300))),
+    );
+    tokio::task::yield_now().await;
+    assert_eq!(breaker.snapshot().probes_in_flight, 1);
+
+    let err = send(&mut svc, Call::Ok).await.unwrap_err();
+    let open = open_error(&err);
+    assert_eq!(open.state(), State::HalfOpen);
+    assert_eq!(open.retry_after(), Duration::from_millis(200));
+    let response: http::Response<String> = open.to_http_response();
+    assert_eq!(response.headers()["retry-after"], "1");
+
+    // Later in the probe's flight, still never more than the open period.
+    advance(Duration::from_millis(250)).await;
+    let err = send(&mut svc, Call::Ok).await.unwrap_err();
+    assert_eq!(open_error(&err).retry_after(), Duration::from_millis(200));
+
+    probe.await.unwrap().unwrap();
+    assert_eq!(breaker.state(), State::Closed);
+}
+
 // ---------------------------------------------------------------------------
 // tower's readiness contract toward the inner service
 // ---------------------------------------------------------------------------

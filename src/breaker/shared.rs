@@ -137,6 +137,9 @@ struct Tuning {
     /// The lowest slow-call threshold in nanoseconds (`u64::MAX`: none): a
     /// slower success is always recorded.
     slow_ns: AtomicU64,
+    /// The length of the latest open period: the most a refusal while
+    /// half-open tells callers to wait (see [`Shared::half_open_wait_ms`]).
+    open_period_ms: AtomicU64,
 }
 
 pub(crate) struct Shared {
@@ -410,11 +413,7 @@ impl Shared {
                             }
                         }
                     }
-                    let retry_after_ms = if deadline == u64::MAX {
-                        0
-                    } else {
-                        deadline.saturating_sub(now)
-                    };
+                    let retry_after_ms = self.half_open_wait_ms(deadline, now);
                     let until_ms = (deadline != u64::MAX).then_some(deadline);
                     return self.refuse(w, State::HalfOpen, retry_after_ms, until_ms);
                 }
@@ -440,6 +439,30 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// What a refusal while half-open (every permit taken) tells callers to
+    /// wait: the time left until the in-flight probes' deadline, but never
+    /// more than the open period that just ended. The deadline is the
+    /// probe timeout's worst case (60 s by default), which would send a
+    /// gateway's users away for a minute while a probe that usually
+    /// answers in a second is in flight; the open period is the breaker's
+    /// own measure of how soon it is worth looking again. A probe's answer
+    /// settles the question sooner either way: callers that come back
+    /// early are refused again, cheaply.
+    fn half_open_wait_ms(&self, probe_deadline_ms: u64, now: u64) -> u64 {
+        let open_period = self.tuning.open_period_ms.load(Ordering::Relaxed);
+        probe_deadline_ms.saturating_sub(now).min(open_period)
+    }
+
+    /// Books an open period from `since_ms` to `until_ms`: when it began,
+    /// when half-open begins, and how long it was.
+    pub(super) fn book_open_period(&self, book: &mut Book, since_ms: u64, until_ms: u64) {
+        book.since_ms = since_ms;
+        book.open_until_ms = until_ms;
+        self.tuning
+            .open_period_ms
+            .store(until_ms.saturating_sub(since_ms), Ordering::Relaxed);
     }
 
     /// Moves open word `w`, whose period has ended, to half-open; returns
@@ -699,8 +722,7 @@ impl Shared {
         since_ms: u64,
     ) {
         book.last_trip = Some(reason.clone());
-        book.since_ms = since_ms;
-        book.open_until_ms = next.open_until_ms();
+        self.book_open_period(&mut book, since_ms, next.open_until_ms());
         book.hint_until_ms = None;
         self.forget_probes(&mut book);
         self.counters.0.opened.fetch_add(1, Ordering::Relaxed);

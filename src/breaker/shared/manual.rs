@@ -80,7 +80,7 @@ impl Shared {
                     book.hint_until_ms = None;
                     book.since_ms = now;
                     if next.tag() == Tag::Open {
-                        book.open_until_ms = next.open_until_ms();
+                        self.book_open_period(&mut book, now, next.open_until_ms());
                         book.last_trip = Some(TripReason::Manual);
                         self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
                     } else {
