@@ -17,7 +17,10 @@
 //! holds only a weak reference between probes. It never runs two probes at
 //! once. A probe runs under `probe_timeout`. Where no tokio runtime is
 //! running, no task can start, and the breaker falls back to passive probing
-//! rather than stay open.
+//! rather than stay open. A breaker may outlive the runtime its task ran on
+//! (a runtime per test, per worker thread, or a restart): when that runtime
+//! shuts down and drops the task, the breaker probes passively until it next
+//! opens, and then starts a task on the runtime that opening happens on.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -56,8 +59,14 @@ where
     let service = Mutex::new(service);
     Arc::new(move |weak| {
         let service = service.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        // Made here, not in the task's body: a task dropped before its first
+        // poll (its runtime shut down) still clears the mark.
+        let running = Running {
+            breaker: weak,
+            finished: false,
+        };
         Box::pin(run(
-            weak,
+            running,
             service,
             Arc::clone(&make_request),
             Arc::clone(&classifier),
@@ -65,20 +74,26 @@ where
     })
 }
 
-/// Clears the breaker's "prober running" mark however the task ends, panics
-/// included, so that the next opening can start another.
-struct Running(Weak<Shared>);
+/// Clears the breaker's "prober running" mark however the task ends: run
+/// to its end, panicked, or dropped by its runtime (before its first poll
+/// or while it slept), so that the breaker probes passively meanwhile and
+/// the next opening starts another task.
+struct Running {
+    breaker: Weak<Shared>,
+    /// The task ran to its end (rather than being dropped or panicking).
+    finished: bool,
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(shared) = self.0.upgrade() {
-            shared.prober_stopped();
+        if let Some(shared) = self.breaker.upgrade() {
+            shared.prober_stopped(self.finished);
         }
     }
 }
 
 async fn run<S, Req, F, C>(
-    weak: Weak<Shared>,
+    mut running: Running,
     mut service: S,
     make_request: Arc<F>,
     classifier: Arc<C>,
@@ -87,13 +102,16 @@ async fn run<S, Req, F, C>(
     F: Fn() -> Req,
     C: Classify<S::Response, S::Error>,
 {
-    let _running = Running(weak.clone());
+    let weak = running.breaker.clone();
     loop {
         let Some(shared) = weak.upgrade() else {
             return; // every handle to the breaker is gone
         };
         let permit = match shared.prober_turn() {
-            Turn::Done => return,
+            Turn::Done => {
+                running.finished = true;
+                return;
+            }
             Turn::WaitUntil(at) => {
                 drop(shared);
                 tokio::time::sleep_until(at).await;

@@ -127,3 +127,71 @@ async fn gate_waiters_wake_when_the_probes_close_it() {
     assert_eq!(breaker.state(), State::Closed);
     assert_eq!(upstream.probes(), 2, "the users waited for the probes");
 }
+
+/// A paused current-thread runtime: a breaker outlives several of them, as
+/// it does a runtime per test, per worker thread, or a restart.
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+/// After its prober's runtime is gone: the breaker probes passively (a
+/// user's call after the open period goes through and closes it), and the
+/// next opening starts a prober on the runtime it happens on.
+fn probes_passively_then_actively_again(
+    breaker: &Breaker,
+    svc: &CircuitBreaker<Flaky>,
+    upstream: &Flaky,
+) {
+    paused_runtime().block_on(async {
+        let probes = upstream.probes();
+        upstream.fail(false);
+        sleep(Duration::from_secs(10)).await;
+        assert_eq!(breaker.state(), State::HalfOpen);
+        // Two successes close it (the preset): users' calls probe.
+        for _ in 0..2 {
+            assert_eq!(user_call(svc).await.unwrap(), 7, "a user's call probes");
+        }
+        assert_eq!(breaker.state(), State::Closed);
+        assert_eq!(upstream.probes(), probes, "no task probed meanwhile");
+
+        upstream.fail(true);
+        assert!(user_call(svc).await.is_err());
+        assert_eq!(breaker.state(), State::Open);
+        sleep(Duration::from_millis(10_100)).await;
+        assert_eq!(upstream.probes(), probes + 1, "probing actively again");
+        let err = user_call(svc).await.unwrap_err();
+        assert!(CircuitOpen::find(err.as_ref()).is_some(), "users refused");
+    });
+}
+
+#[test]
+fn a_prober_dropped_with_its_runtime_before_it_ran_falls_back_to_passive_probing() {
+    let (breaker, svc, upstream) = setup();
+    let first = paused_runtime();
+    first.block_on(async {
+        upstream.fail(true);
+        assert!(user_call(&svc).await.is_err());
+        assert_eq!(breaker.state(), State::Open);
+    });
+    drop(first); // the probe task, spawned but never polled, goes with it
+    probes_passively_then_actively_again(&breaker, &svc, &upstream);
+}
+
+#[test]
+fn a_prober_dropped_with_its_runtime_while_it_slept_falls_back_to_passive_probing() {
+    let (breaker, svc, upstream) = setup();
+    let first = paused_runtime();
+    first.block_on(async {
+        upstream.fail(true);
+        assert!(user_call(&svc).await.is_err());
+        // The task runs and sleeps until the end of the open period.
+        sleep(Duration::from_secs(1)).await;
+        assert_eq!(upstream.probes(), 0);
+    });
+    drop(first);
+    probes_passively_then_actively_again(&breaker, &svc, &upstream);
+}

@@ -952,13 +952,15 @@ impl Shared {
         }
     }
 
-    /// The probe task ended. If the breaker opened again meanwhile, another
-    /// starts, unless this one ended in a panic (then probing stays passive
-    /// until the next opening, rather than panicking in a loop).
-    pub(crate) fn prober_stopped(&self) {
+    /// The probe task ended. If it ran to its end and the breaker opened
+    /// again meanwhile, another starts. If it panicked, or its runtime
+    /// dropped it (shutting down: a task spawned there would be dropped at
+    /// once, again and again), probing stays passive until the next opening
+    /// starts a task on the runtime that opening happens on.
+    pub(crate) fn prober_stopped(&self, finished: bool) {
         self.prober_running.store(false, Ordering::Release);
         self.clones.wake_all();
-        if !std::thread::panicking() && matches!(self.load().tag(), Tag::Open | Tag::HalfOpen) {
+        if finished && matches!(self.load().tag(), Tag::Open | Tag::HalfOpen) {
             self.start_prober();
         }
     }
