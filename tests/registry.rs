@@ -483,3 +483,30 @@ fn a_breaker_in_shadow_mode_is_never_evicted() {
     assert!(held.contains(&"k00".to_string()), "{held:?}");
     assert!(!held.contains(&"k01".to_string()), "{held:?}");
 }
+
+#[test]
+fn concurrent_insertions_never_hold_more_than_max_keys() {
+    for round in 0..200 {
+        let registry = bounded(4);
+        let threads = 8;
+        let barrier = std::sync::Barrier::new(threads);
+        let most_held = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for thread in 0..threads {
+                let (registry, barrier, most_held) = (&registry, &barrier, &most_held);
+                scope.spawn(move || {
+                    barrier.wait();
+                    for i in 0..4 {
+                        let _ = registry.get(&format!("{round}-{thread}-{i}"));
+                        most_held.fetch_max(registry.len(), std::sync::atomic::Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        let held = registry.breakers().len();
+        assert!(held <= 4, "round {round}: {held} breakers held");
+        assert_eq!(held, registry.len(), "round {round}: the count agrees");
+        let most = most_held.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(most <= 4, "round {round}: {most} keys counted at once");
+    }
+}

@@ -307,17 +307,22 @@ where
     }
 
     fn insert(&self, key: &K, hash: u64) -> Result<Breaker, RegistryFull> {
-        if self.inner.keys.load(Ordering::Relaxed) as usize >= self.inner.max_keys {
+        // A place is taken before the breaker is made, so that callers
+        // inserting at once never hold more than `max_keys` between them:
+        // the bound is a promise against keys an attacker makes up.
+        if !self.take_place() {
             self.evict();
-            if self.inner.keys.load(Ordering::Relaxed) as usize >= self.inner.max_keys {
-                return Err(RegistryFull {
+            if !self.take_place() {
+                // Full, but another caller may have made this very key.
+                return self.find(key, hash, None).ok_or(RegistryFull {
                     max_keys: self.inner.max_keys,
                 });
             }
         }
         let mut shard = self.shard(hash).write().unwrap_or_else(|p| p.into_inner());
-        // Another caller may have made it meanwhile.
+        // Another caller may have made it meanwhile: the place goes back.
         if let Some(breaker) = shard.get(&hash).and_then(|bucket| bucket.find(key)) {
+            self.inner.keys.fetch_sub(1, Ordering::Relaxed);
             return Ok(breaker.clone());
         }
         let breaker = Breaker::new(self.config_for(key));
@@ -335,8 +340,18 @@ where
                 vacant.insert(Bucket::One([entry]));
             }
         }
-        self.inner.keys.fetch_add(1, Ordering::Relaxed);
         Ok(breaker)
+    }
+
+    /// Counts one more key if the registry has room for it.
+    fn take_place(&self) -> bool {
+        let max_keys = self.inner.max_keys as u64;
+        self.inner
+            .keys
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |keys| {
+                (keys < max_keys).then_some(keys + 1)
+            })
+            .is_ok()
     }
 
     fn config_for(&self, key: &K) -> Config {
