@@ -9,7 +9,7 @@ use tokio::time::advance;
 use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::registry::{KeyedLayer, Registry, RegistryFull};
-use tower_circuit_breaker::{CircuitOpen, Config, State};
+use tower_circuit_breaker::{CircuitBreaker, CircuitOpen, Config, State};
 
 fn config(threshold: u32) -> Config {
     Config::builder()
@@ -509,4 +509,53 @@ fn concurrent_insertions_never_hold_more_than_max_keys() {
         let most = most_held.load(std::sync::atomic::Ordering::SeqCst);
         assert!(most <= 4, "round {round}: {most} keys counted at once");
     }
+}
+
+/// A service built on a handle from `get` keeps protecting its key however
+/// many other keys come and go: the handle holds its breaker in the
+/// registry.
+#[tokio::test(start_paused = true)]
+async fn a_service_on_a_handle_from_get_keeps_protecting_after_other_keys_fill_the_registry() {
+    let registry = Registry::<String>::builder()
+        .default_config(config(2))
+        .max_keys(4)
+        .build();
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let dead = tower::service_fn(move |_: ()| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async { Err::<(), BoxError>("upstream down".into()) }
+    });
+    let handle = registry.get(&"provider".to_string()).unwrap();
+    let svc = CircuitBreaker::new(dead, &handle);
+    drop(handle);
+    make_keys(&registry, 40); // far more keys than the bound
+
+    for _ in 0..10 {
+        let _ = svc.clone().oneshot(()).await;
+    }
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "two failures trip it; the other eight are refused"
+    );
+    let held = registry.get(&"provider".to_string()).unwrap();
+    assert_eq!(held.state(), State::Open, "the registry holds that breaker");
+    assert!(registry.len() <= 4);
+}
+
+#[test]
+fn breakers_held_by_users_are_not_evicted_and_a_registry_of_held_breakers_is_full() {
+    let registry = bounded(2);
+    let a = registry.get(&"a".to_string()).unwrap();
+    let b = registry.get(&"b".to_string()).unwrap();
+    let full = registry.get(&"c".to_string()).unwrap_err();
+    assert_eq!(full.max_keys(), 2);
+    assert!(a.ptr_eq(&registry.get(&"a".to_string()).unwrap()));
+    drop(a);
+    registry
+        .get(&"c".to_string())
+        .expect("`a` is no longer held");
+    assert_eq!(keys(&registry), ["b", "c"]);
+    assert!(b.ptr_eq(&registry.get(&"b".to_string()).unwrap()));
 }

@@ -89,6 +89,10 @@ struct Counters {
     /// cheap clock for eviction order, written only when it has moved on
     /// by the registry's marking interval.
     used_at: AtomicU64,
+    /// Handles on this breaker that its registry's keyed services keep for
+    /// themselves (keys a service clone remembers, calls in flight): they
+    /// do not hold the breaker in the registry, as a user's handle does.
+    internal_handles: AtomicU64,
 }
 
 /// Bookkeeping behind the mutex: the policy's counters and what a
@@ -864,23 +868,43 @@ impl Shared {
     /// that remember it look the key up again, and the outcomes of calls it
     /// admitted go to `successor`: every success takes the lock from now on
     /// to be passed on.
-    pub(crate) fn retire_if_idle(&self, successor: Successor) -> bool {
-        let mut book = self.lock();
-        if !self.is_evictable() {
+    pub(crate) fn retire_if_idle(this: &Arc<Self>, successor: Successor) -> bool {
+        let mut book = this.lock();
+        if !Self::is_evictable(this) {
             return false;
         }
         book.successor = Some(successor);
-        self.refresh_success_flag(&book);
-        self.hot.0.retired.store(true, Ordering::Release);
+        this.refresh_success_flag(&book);
+        this.hot.0.retired.store(true, Ordering::Release);
         true
     }
 
     /// Whether its registry may evict it: closed, not in shadow mode, not
-    /// probing actively.
-    pub(crate) fn is_evictable(&self) -> bool {
-        self.load().tag() == Tag::Closed
-            && !self.hot.0.shadow.load(Ordering::Relaxed)
-            && self.prober.get().is_none()
+    /// probing actively, and held by nothing but the registry itself and
+    /// its keyed services' own handles (`this` is the registry's own). A user's [`Breaker`](crate::Breaker), or a service or a
+    /// layer built from one, holds the breaker: evicted, it would go on
+    /// guarding that user's calls with a breaker that no longer counts its
+    /// key's failures. (A keyed call in flight does not hold its breaker:
+    /// evicted meanwhile, its outcome goes to the key's breaker then.)
+    pub(crate) fn is_evictable(this: &Arc<Self>) -> bool {
+        let others = Arc::strong_count(this) as u64 - 1;
+        this.load().tag() == Tag::Closed
+            && !this.hot.0.shadow.load(Ordering::Relaxed)
+            && this.prober.get().is_none()
+            && others <= this.counters.0.internal_handles.load(Ordering::Acquire)
+    }
+
+    /// A keyed service takes (`true`) or drops a handle of its own on this
+    /// breaker: one that does not hold it in its registry. Taken after the
+    /// handle is made and dropped before it goes, so that the count never
+    /// exceeds such handles and the breaker at worst reads as held.
+    pub(crate) fn note_internal_handle(&self, taken: bool) {
+        let count = &self.counters.0.internal_handles;
+        if taken {
+            count.fetch_add(1, Ordering::AcqRel);
+        } else {
+            count.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     /// Records the outcome of a call another breaker admitted (one retired
@@ -1171,7 +1195,7 @@ mod tests {
         let shared = shared(CountWindow::new(2, 10));
         let (successor, seen) = noting();
         assert_eq!(mode(&shared), QUIET);
-        assert!(shared.retire_if_idle(successor));
+        assert!(Shared::retire_if_idle(&shared, successor));
         assert!(shared.is_retired());
         assert_eq!(mode(&shared), RECORD, "successes take the lock");
         shared.record_closed(0, Outcome::Success, None, None);
@@ -1191,12 +1215,12 @@ mod tests {
         let open = shared(CountWindow::new(1, 10));
         open.record_closed(0, Outcome::Failure, None, None);
         assert_eq!(open.state(), State::Open);
-        assert!(!open.retire_if_idle(noting().0));
+        assert!(!Shared::retire_if_idle(&open, noting().0));
         assert!(!open.is_retired());
 
         let shadowed = shared(CountWindow::new(1, 10));
         shadowed.set_shadow(true);
-        assert!(!shadowed.retire_if_idle(noting().0));
+        assert!(!Shared::retire_if_idle(&shadowed, noting().0));
         assert!(!shadowed.is_retired());
     }
 

@@ -17,7 +17,8 @@
 //! batch of a sixteenth of the bound, so that the cost of a scan is shared by
 //! many insertions. An open, half-open or manually held breaker is never
 //! evicted, nor one in shadow mode or probing actively (settings a new
-//! breaker for the key would not have); if nothing can be, the request gets
+//! breaker for the key would not have), nor one a user holds a handle to
+//! (see [`Registry::get`]); if nothing can be, the request gets
 //! [`RegistryFull`] rather than the registry growing. A breaker costs about
 //! 1 KiB (more with large windows), so the default bound holds about
 //! 10 MiB.
@@ -274,6 +275,35 @@ where
     }
 
     /// The breaker for `key`, made on first use. Its name is the key.
+    ///
+    /// **The handle holds the breaker in the registry**: while it, a clone
+    /// of it, or a service or layer built from it lives, the registry never
+    /// evicts that breaker, so it goes on protecting whatever calls go
+    /// through it, and every lookup of `key` finds it. Drop the handle to
+    /// let the key be evicted again. Held breakers count toward
+    /// [`max_keys`](RegistryBuilder::max_keys): a registry whose every
+    /// breaker is held, open or manually controlled is full. (The keyed
+    /// services' own handles do not hold a breaker: they look the key up
+    /// again once it is evicted.)
+    ///
+    /// ```
+    /// use tower::{service_fn, BoxError, ServiceExt};
+    /// use tower_circuit_breaker::{registry::Registry, CircuitBreaker, Config};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), BoxError> {
+    /// let registry = Registry::<String>::builder().max_keys(2).build();
+    /// let search = registry.get(&"search".to_string())?;
+    /// let client = CircuitBreaker::new(service_fn(|q: &str| async move { Ok::<_, BoxError>(q.len()) }), &search);
+    /// drop(search); // the service still holds it
+    /// for key in ["a", "b", "c"] {
+    ///     let _ = registry.get(&key.to_string()); // other keys come and go
+    /// }
+    /// assert!(registry.breakers().iter().any(|(key, _)| key == "search"));
+    /// assert_eq!(client.oneshot("hi").await?, 2);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn get(&self, key: &K) -> Result<Breaker, RegistryFull> {
         self.get_hashed(key, self.hash(key))
     }
@@ -378,7 +408,7 @@ where
             let shard = shard.read().unwrap_or_else(|p| p.into_inner());
             for (hash, bucket) in shard.iter() {
                 for (key, breaker) in bucket.entries() {
-                    if breaker.shared.is_evictable() {
+                    if Shared::is_evictable(&breaker.shared) {
                         candidates.push((
                             breaker.shared.holds_failures(),
                             breaker.shared.used_at(),
@@ -399,7 +429,7 @@ where
             if let Some(bucket) = shard.get_mut(&hash) {
                 // Evict only if still idle: it may have tripped meanwhile.
                 if let Some(i) = bucket.entries().iter().position(|(k, b)| {
-                    k == &key && b.shared.retire_if_idle(self.successor(key.clone()))
+                    k == &key && Shared::retire_if_idle(&b.shared, self.successor(key.clone()))
                 }) {
                     bucket.remove(i);
                     self.inner.keys.fetch_sub(1, Ordering::Relaxed);
@@ -443,7 +473,8 @@ where
         self.len() == 0
     }
 
-    /// Every key with its breaker.
+    /// Every key with its breaker. Like [`get`](Self::get)'s, these handles
+    /// hold their breakers in the registry for as long as they are kept.
     pub fn breakers(&self) -> Vec<(K, Breaker)> {
         let mut all = Vec::with_capacity(self.len());
         for shard in &self.inner.shards {
@@ -647,35 +678,27 @@ mod tests {
     #[test]
     fn keys_whose_hashes_collide_keep_their_own_breakers() {
         let registry = Registry::<String>::builder().max_keys(3).build();
-        let a = breaker(&registry, "a", SAME_HASH);
-        let b = breaker(&registry, "b", SAME_HASH);
-        assert!(!Arc::ptr_eq(&a.shared, &b.shared));
-        assert_eq!((a.name(), b.name()), ("a", "b"));
-        assert!(Arc::ptr_eq(
-            &held(&registry, "a", SAME_HASH).unwrap().shared,
-            &a.shared
-        ));
-        assert!(Arc::ptr_eq(
-            &held(&registry, "b", SAME_HASH).unwrap().shared,
-            &b.shared
-        ));
+        // Watched without holding them, so that they can be evicted.
+        let a = Arc::downgrade(&breaker(&registry, "a", SAME_HASH).shared);
+        let b = Arc::downgrade(&breaker(&registry, "b", SAME_HASH).shared);
+        assert!(!a.ptr_eq(&b));
+        let found = |key| Arc::downgrade(&held(&registry, key, SAME_HASH).unwrap().shared);
+        assert!(found("a").ptr_eq(&a) && found("b").ptr_eq(&b));
+        assert_eq!(held(&registry, "b", SAME_HASH).unwrap().name(), "b");
         breaker(&registry, "c", 8);
         breaker(&registry, "b", SAME_HASH); // used after `c` was made
 
         // Full: the least recently used, `a`, goes; `b` keeps the bucket.
         breaker(&registry, "d", 9);
         assert_eq!(names(&registry), ["b", "c", "d"]);
-        assert!(a.shared.is_retired());
-        assert!(Arc::ptr_eq(
-            &held(&registry, "b", SAME_HASH).unwrap().shared,
-            &b.shared
-        ));
+        assert!(a.upgrade().is_none(), "evicted, and held by nothing");
+        assert!(found("b").ptr_eq(&b));
 
         // Then `b` goes (`c` used since), and the bucket with it.
         breaker(&registry, "c", 8);
         breaker(&registry, "e", 10);
         assert_eq!(names(&registry), ["c", "d", "e"]);
-        assert!(b.shared.is_retired());
+        assert!(b.upgrade().is_none());
         let shard = registry.shard(SAME_HASH).read().unwrap();
         assert!(shard.get(&SAME_HASH).is_none());
     }

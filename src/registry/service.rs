@@ -178,11 +178,39 @@ struct Slot<K> {
     called: bool,
 }
 
-/// A remembered key: this clone's own handles on its breakers.
+/// A remembered key: this clone's own handles on its breakers. They do not
+/// hold the breakers in the registry: it may evict them, and the clone then
+/// forgets them at its next call with the key.
 struct Remembered<K> {
     key: K,
     child: Owner<()>,
     parent: Option<Owner<()>>,
+}
+
+impl<K> Remembered<K> {
+    fn new(key: K, child: &Breaker, parent: Option<&Breaker>) -> Self {
+        let handle = |breaker: &Breaker| {
+            let owner = Owner::new(Arc::clone(&breaker.shared), ());
+            breaker.shared.note_internal_handle(true);
+            owner
+        };
+        Remembered {
+            key,
+            child: handle(child),
+            parent: parent.map(handle),
+        }
+    }
+}
+
+impl<K> Drop for Remembered<K> {
+    fn drop(&mut self) {
+        // Before the handles themselves go: until then the breaker reads as
+        // held, which only delays its eviction.
+        self.child.shared.note_internal_handle(false);
+        if let Some(parent) = &self.parent {
+            parent.shared.note_internal_handle(false);
+        }
+    }
 }
 
 impl<K> Recent<K> {
@@ -263,13 +291,8 @@ impl<K: Eq> Recent<K> {
                 at
             }
         };
-        let handle = |breaker: &Breaker| Owner::new(Arc::clone(&breaker.shared), ());
         slots[at] = Slot {
-            remembered: Some(Remembered {
-                key: key.clone(),
-                child: handle(child),
-                parent: parent.map(handle),
-            }),
+            remembered: Some(Remembered::new(key.clone(), child, parent)),
             called: false,
         };
     }
@@ -281,7 +304,7 @@ enum Hold {
     /// handle (no reference count shared with other clones).
     Leased(Lease<()>),
     /// Through a breaker just looked up: a reference.
-    Shared(Breaker),
+    Shared(LookedUp),
 }
 
 impl Hold {
@@ -289,8 +312,26 @@ impl Hold {
     fn shared(&self) -> &Arc<Shared> {
         match self {
             Hold::Leased(lease) => &lease.shared,
-            Hold::Shared(breaker) => &breaker.shared,
+            Hold::Shared(looked_up) => &looked_up.0.shared,
         }
+    }
+}
+
+/// A breaker looked up for one call: a handle that does not hold it in the
+/// registry (evicted while the call is in flight, the outcome goes to the
+/// key's breaker then), so that calls in flight never fill the registry.
+struct LookedUp(Breaker);
+
+impl LookedUp {
+    fn new(breaker: Breaker) -> Self {
+        breaker.shared.note_internal_handle(true);
+        LookedUp(breaker)
+    }
+}
+
+impl Drop for LookedUp {
+    fn drop(&mut self) {
+        self.0.shared.note_internal_handle(false);
     }
 }
 
@@ -443,9 +484,10 @@ where
         if self.recent.missed_again(hash) {
             self.recent.remember(key, &child, parent.as_ref());
         }
+        let looked_up = |breaker| Hold::Shared(LookedUp::new(breaker));
         Ok(admit_both(
-            (Hold::Shared(child), Counts::Breaker),
-            parent.map(|parent| (Hold::Shared(parent), Counts::Breaker)),
+            (looked_up(child), Counts::Breaker),
+            parent.map(|parent| (looked_up(parent), Counts::Breaker)),
         )?)
     }
 }
