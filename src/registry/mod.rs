@@ -294,7 +294,8 @@ where
     /// # async fn main() -> Result<(), BoxError> {
     /// let registry = Registry::<String>::builder().max_keys(2).build();
     /// let search = registry.get(&"search".to_string())?;
-    /// let client = CircuitBreaker::new(service_fn(|q: &str| async move { Ok::<_, BoxError>(q.len()) }), &search);
+    /// let upstream = service_fn(|q: &'static str| async move { Ok::<_, BoxError>(q.len()) });
+    /// let client = CircuitBreaker::new(upstream, &search);
     /// drop(search); // the service still holds it
     /// for key in ["a", "b", "c"] {
     ///     let _ = registry.get(&key.to_string()); // other keys come and go
