@@ -256,3 +256,141 @@ async fn a_shadow_breaker_is_called_while_it_reads_open() {
     let reply = chain(&[&primary, &secondary]).oneshot("hi").await.unwrap();
     assert_eq!(*reply.body(), "primary", "shadow mode never refuses");
 }
+
+/// An upstream whose readiness a test holds back, then releases.
+#[derive(Clone)]
+struct HeldBack {
+    name: &'static str,
+    ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    waker: std::sync::Arc<std::sync::Mutex<Option<std::task::Waker>>>,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl HeldBack {
+    fn new(name: &'static str) -> Self {
+        HeldBack {
+            name,
+            ready: Default::default(),
+            waker: Default::default(),
+            calls: Default::default(),
+        }
+    }
+
+    fn release(&self) {
+        self.ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(waker) = self.waker.lock().unwrap().take() {
+            waker.wake();
+        }
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl tower::Service<&'static str> for HeldBack {
+    type Response = &'static str;
+    type Error = tower::BoxError;
+    type Future = std::future::Ready<Result<&'static str, tower::BoxError>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), tower::BoxError>> {
+        if self.ready.load(std::sync::atomic::Ordering::SeqCst) {
+            return std::task::Poll::Ready(Ok(()));
+        }
+        *self.waker.lock().unwrap() = Some(cx.waker().clone());
+        std::task::Poll::Pending
+    }
+
+    fn call(&mut self, _: &'static str) -> Self::Future {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        std::future::ready(Ok(self.name))
+    }
+}
+
+fn breaker_named(
+    name: &'static str,
+    max_open: std::time::Duration,
+) -> tower_circuit_breaker::Breaker {
+    tower_circuit_breaker::Breaker::new(
+        tower_circuit_breaker::Config::builder()
+            .name(name)
+            .cooldown(max_open)
+            .max_open(max_open)
+            .build()
+            .unwrap(),
+    )
+}
+
+type HeldChain = tower_circuit_breaker::Failover<
+    tower::util::BoxCloneService<&'static str, &'static str, tower::BoxError>,
+>;
+
+fn held_chain(candidates: &[(&HeldBack, &tower_circuit_breaker::Breaker)]) -> HeldChain {
+    tower_circuit_breaker::Failover::new(candidates.iter().map(|(upstream, breaker)| {
+        tower_circuit_breaker::CircuitBreaker::new(
+            tower::util::BoxCloneService::new((*upstream).clone()),
+            breaker,
+        )
+    }))
+    .last_resort(true)
+}
+
+/// Isolated by an operator between the chain's look at its state and its
+/// admission, a candidate refuses as "forced open"; the last resort must
+/// not take that refusal for an ordinary open one and call it.
+#[tokio::test(start_paused = true)]
+async fn last_resort_never_calls_a_candidate_isolated_while_the_chain_waited_for_it() {
+    let isolated = HeldBack::new("isolated");
+    let open = HeldBack::new("open");
+    open.release();
+    // The soonest to recover on paper: its `max_open` is 5 s.
+    let isolated_breaker = breaker_named("isolated", 5 * SECOND);
+    let open_breaker = breaker_named("open", 30 * SECOND);
+    open_breaker.force_open(Some(30 * SECOND));
+
+    let chain = held_chain(&[(&isolated, &isolated_breaker), (&open, &open_breaker)]);
+    let mut answer = std::pin::pin!(chain.oneshot("hi"));
+    // Closed when the chain looks: it waits for the upstream's readiness.
+    assert!(futures_poll(answer.as_mut()).is_pending());
+    isolated_breaker.force_open(None);
+    isolated.release();
+
+    let reply = answer.await.unwrap();
+    assert_eq!(reply, "open", "the last resort is the ordinary open one");
+    assert_eq!(
+        isolated.calls(),
+        0,
+        "a forced-open candidate is never called"
+    );
+}
+
+/// Isolated while the last resort waits for its readiness: not called.
+#[tokio::test(start_paused = true)]
+async fn last_resort_never_calls_a_candidate_isolated_while_it_waited_to_be_ready() {
+    let sooner = HeldBack::new("sooner");
+    let later = HeldBack::new("later");
+    let sooner_breaker = breaker_named("sooner", 5 * SECOND);
+    let later_breaker = breaker_named("later", 30 * SECOND);
+    sooner_breaker.force_open(Some(5 * SECOND));
+    later_breaker.force_open(Some(30 * SECOND));
+
+    let chain = held_chain(&[(&sooner, &sooner_breaker), (&later, &later_breaker)]);
+    let mut answer = std::pin::pin!(chain.oneshot("hi"));
+    assert!(futures_poll(answer.as_mut()).is_pending());
+    sooner_breaker.force_open(None);
+    sooner.release();
+
+    let err = answer.await.unwrap_err();
+    assert_eq!(exhausted(&err).candidates().len(), 2);
+    assert_eq!(sooner.calls(), 0, "a forced-open candidate is never called");
+}
+
+/// Polls `future` once with a waker that does nothing.
+fn futures_poll<F: std::future::Future>(
+    future: std::pin::Pin<&mut F>,
+) -> std::task::Poll<F::Output> {
+    future.poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+}

@@ -27,8 +27,9 @@ enum Step<S, BC> {
     },
     /// Candidate `index` was called; `call` holds its response future.
     Called { index: usize },
-    /// Every candidate is open: waiting for the soonest one's inner service.
-    LastResortReady { inner: S },
+    /// Every candidate is open: waiting for the soonest one's (`index`)
+    /// inner service.
+    LastResortReady { index: usize, inner: S },
     /// The last resort was called; `last_resort` holds its future.
     LastResortCalled,
     /// The output has been returned.
@@ -110,17 +111,11 @@ where
                             // Around the breaker: its inner service, directly.
                             let inner = copy.get_ref().clone();
                             this.shared.give_back(index, copy);
-                            *this.step = Step::LastResortReady { inner };
+                            *this.step = Step::LastResortReady { index, inner };
                             continue;
                         }
                         *this.step = Step::Done;
-                        let exhausted = Exhausted::new(mem::take(this.reasons));
-                        tracing::debug!(
-                            candidates = exhausted.candidates().len(),
-                            retry_after_ms = exhausted.retry_after().map(millis),
-                            "failover: no candidate answered"
-                        );
-                        return Poll::Ready(Err(exhausted.into()));
+                        return Poll::Ready(Err(exhausted(this.reasons)));
                     };
                     *this.next += 1;
                     let breaker = &candidate.breaker;
@@ -209,9 +204,14 @@ where
                             let error: BoxError = error.into();
                             if let Some(open) = CircuitOpen::find(error.as_ref()) {
                                 // Refused without a call: costs no attempt.
+                                // Isolated by an operator since the look at
+                                // its state: no end is known, as when skipped,
+                                // so never a last resort.
+                                let retry_after =
+                                    (open.state() != State::ForcedOpen).then(|| open.retry_after());
                                 let reason = Reason::Open {
                                     state: open.state(),
-                                    retry_after: Some(open.retry_after()),
+                                    retry_after,
                                 };
                                 fall_back(this.shared, this.reasons, index, reason);
                                 continue;
@@ -233,9 +233,20 @@ where
                     *this.step = Step::Done;
                     return Poll::Ready(response);
                 }
-                Step::LastResortReady { inner } => match inner.poll_ready(cx) {
+                Step::LastResortReady { index, inner } => match inner.poll_ready(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Ok(())) => {
+                        // An operator may have isolated it while it became
+                        // ready: an isolated candidate is never called.
+                        let isolated = this
+                            .shared
+                            .candidates
+                            .get(*index)
+                            .is_some_and(|c| c.breaker.state() == State::ForcedOpen);
+                        if isolated {
+                            *this.step = Step::Done;
+                            return Poll::Ready(Err(exhausted(this.reasons)));
+                        }
                         let future = inner.call(this.request.clone());
                         this.last_resort.set(Some(future));
                         *this.step = Step::LastResortCalled;
@@ -262,6 +273,17 @@ where
             }
         }
     }
+}
+
+/// No candidate answered: the error carrying every reason, said at `DEBUG`.
+fn exhausted(reasons: &mut Vec<Unavailable>) -> BoxError {
+    let exhausted = Exhausted::new(mem::take(reasons));
+    tracing::debug!(
+        candidates = exhausted.candidates().len(),
+        retry_after_ms = exhausted.retry_after().map(millis),
+        "failover: no candidate answered"
+    );
+    exhausted.into()
 }
 
 /// Records why candidate `index` gave no answer, and says so.
