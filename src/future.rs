@@ -99,10 +99,24 @@ pin_project! {
     ///
     /// Resolves to the inner service's result, or at once to a
     /// [`CircuitOpen`] error when the breaker refused the call. Dropping it
-    /// before it completes gives back a probe permit and records nothing.
+    /// before it completes gives back a probe permit and counts the call as
+    /// cancelled ([`Counts::cancelled`](crate::Counts::cancelled)), neither
+    /// a success nor a failure.
     pub struct ResponseFuture<F, C> {
         #[pin]
         kind: Kind<F, C>,
+    }
+
+    impl<F, C> PinnedDrop for ResponseFuture<F, C> {
+        fn drop(this: Pin<&mut Self>) {
+            if let KindProj::Called { local, record, .. } = this.project().kind.project() {
+                // Dropped before its outcome was known; the permit, if
+                // any, goes back as the field drops.
+                if *record != Record::Nothing {
+                    local.shared.count_cancelled();
+                }
+            }
+        }
     }
 }
 
@@ -347,7 +361,7 @@ impl Recorder<'_> {
 
 /// A call whose verdict is not known yet (a streamed response body): it
 /// holds the call's generation and probe permit until it is settled. Dropped
-/// unsettled, the call counts as ignored and its permit goes back.
+/// unsettled, the call counts as cancelled and its permit goes back.
 pub(crate) struct Obligation {
     shared: Arc<Shared>,
     generation: u32,
@@ -383,8 +397,12 @@ impl Obligation {
 impl Drop for Obligation {
     fn drop(&mut self) {
         // The caller walked away before the end: says nothing of the
-        // upstream's health.
-        self.settle_once(Verdict::new(Outcome::Ignore));
+        // upstream's health. A cancellation; the permit goes back as the
+        // field drops.
+        if self.what != Record::Nothing {
+            self.what = Record::Nothing;
+            self.shared.count_cancelled();
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //! | --- | --- | --- | --- |
 //! | `circuit_breaker_state` | gauge, one-hot: 1 for the current state, 0 for every other | `breaker`, `state` | at creation and on every transition |
 //! | `circuit_breaker_transitions_total` | counter | `breaker`, `from`, `to` | on every transition |
-//! | `circuit_breaker_calls_total` | counter | `breaker`, `outcome` (`admitted`, `rejected`, `failure`, `ignored`, `stale`) | by [`export`] / [`export_registry`] |
+//! | `circuit_breaker_calls_total` | counter | `breaker`, `outcome` (`admitted`, `rejected`, `failure`, `ignored`, `stale`, `cancelled`) | by [`export`] / [`export_registry`] |
 //! | `circuit_breaker_opened_total` | counter | `breaker` | by [`export`] / [`export_registry`] |
 //!
 //! State gauges and transition counters are pushed as transitions happen.
@@ -96,6 +96,7 @@ pub fn export(breaker: &Breaker) {
         ("failure", counts.failures),
         ("ignored", counts.ignored),
         ("stale", counts.stale),
+        ("cancelled", counts.cancelled),
     ] {
         counter!("circuit_breaker_calls_total", "breaker" => name.clone(), "outcome" => outcome)
             .absolute(value);

@@ -129,7 +129,7 @@ async fn a_completed_stream_is_a_success() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_body_dropped_early_is_ignored_and_returns_the_probe_permit() {
+async fn a_body_dropped_early_is_cancelled_and_returns_the_probe_permit() {
     let breaker = breaker();
     let svc = streaming(&breaker, StreamingHttp, sse_ok);
     breaker.force_open(Some(Duration::from_secs(1)));
@@ -138,7 +138,14 @@ async fn a_body_dropped_early_is_ignored_and_returns_the_probe_permit() {
     assert_eq!(breaker.snapshot().probes_in_flight, 1);
     drop(response);
     let snap = breaker.snapshot();
-    assert_eq!((snap.probes_in_flight, snap.counts.ignored), (0, 1));
+    assert_eq!(
+        (
+            snap.probes_in_flight,
+            snap.counts.ignored,
+            snap.counts.cancelled
+        ),
+        (0, 0, 1)
+    );
     assert_eq!(snap.state, State::HalfOpen);
 }
 

@@ -138,11 +138,15 @@ async fn state_gauge_is_one_hot_after_every_transition_and_counts_export() {
     assert_eq!(transitions["from=half_open,to=closed"], 1.0);
     assert_eq!(transitions["from=closed,to=forced_open"], 1.0);
 
+    // A call whose caller gives up before the answer: cancelled.
+    drop(svc.ready().await.unwrap().call(false));
+
     metrics::export(&breaker);
     let calls = seen.series("circuit_breaker_calls_total", "metered");
-    assert_eq!(calls["outcome=admitted"], 2.0);
+    assert_eq!(calls["outcome=admitted"], 3.0);
     assert_eq!(calls["outcome=rejected"], 1.0);
     assert_eq!(calls["outcome=failure"], 1.0);
+    assert_eq!(calls["outcome=cancelled"], 1.0);
     let opened = seen.series("circuit_breaker_opened_total", "metered");
     assert_eq!(
         opened[""], 1.0,

@@ -144,6 +144,7 @@ struct ModelCounts {
     rejected: u64,
     failures: u64,
     ignored: u64,
+    cancelled: u64,
     opened: u64,
     probes: u64,
 }
@@ -160,6 +161,9 @@ struct Model {
     /// The latest end of an announced retry-after.
     hint_until: Option<u64>,
     shadow: bool,
+    /// The length of the latest open period: what a refusal while
+    /// half-open says to wait.
+    open_period: u64,
     counts: ModelCounts,
     /// Transitions not yet compared: from, to, generation, shadow.
     transitions: Vec<(State, State, u32, bool)>,
@@ -179,6 +183,7 @@ impl Model {
             attempt: 0,
             hint_until: None,
             shadow: false,
+            open_period: 0,
             counts: ModelCounts::default(),
             transitions: Vec::new(),
         }
@@ -213,6 +218,9 @@ impl Model {
     fn move_to(&mut self, next: Mode) {
         let from = self.mode.announced();
         self.generation += 1;
+        if let Mode::Open { until } = next {
+            self.open_period = until - self.now;
+        }
         self.mode = next;
         self.transitions
             .push((from, next.announced(), self.generation, self.shadow));
@@ -297,8 +305,9 @@ impl Model {
                     self.counts.probes += 1;
                     Admitted::Probe(self.generation)
                 }
-                // No probe timeout: nothing says when the probe will end.
-                Mode::HalfOpen { .. } => return self.refuse(0, State::HalfOpen),
+                // No probe timeout: come back after the open period that
+                // just ended.
+                Mode::HalfOpen { .. } => return self.refuse(self.open_period, State::HalfOpen),
                 // Even in shadow mode; nobody knows when isolation ends.
                 Mode::Isolated => {
                     self.counts.rejected += 1;
@@ -318,6 +327,24 @@ impl Model {
     fn complete(&mut self, admitted: Admitted, ending: Ending) {
         match admitted {
             Admitted::Unrecorded => {}
+            _ if ending == Ending::Cancelled => {
+                self.counts.cancelled += 1;
+                if let (
+                    Admitted::Probe(generation),
+                    Mode::HalfOpen {
+                        in_flight,
+                        successes,
+                    },
+                ) = (admitted, self.mode)
+                {
+                    if generation == self.generation {
+                        self.mode = Mode::HalfOpen {
+                            in_flight: in_flight - 1,
+                            successes,
+                        };
+                    }
+                }
+            }
             Admitted::CountOnly => match ending {
                 Ending::Failure(_) => self.counts.failures += 1,
                 Ending::Ignored => self.counts.ignored += 1,
@@ -909,6 +936,7 @@ impl Run {
                 rejected: c.rejected,
                 failures: c.failures,
                 ignored: c.ignored,
+                cancelled: c.cancelled,
                 opened: c.opened,
                 probes: c.probes,
             },

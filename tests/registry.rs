@@ -559,3 +559,27 @@ fn breakers_held_by_users_are_not_evicted_and_a_registry_of_held_breakers_is_ful
     assert_eq!(keys(&registry), ["b", "c"]);
     assert!(b.ptr_eq(&registry.get(&"b".to_string()).unwrap()));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_call_dropped_before_its_answer_counts_as_cancelled_in_the_key_and_its_parent() {
+    let registry = with_parents(1, "a", 1);
+    let svc = ServiceBuilder::new()
+        .layer(KeyedLayer::new(registry.clone(), |req: &String| {
+            req.clone()
+        }))
+        .service(service_fn(|_: String| {
+            std::future::pending::<Result<(), BoxError>>()
+        }));
+    let call = tokio::spawn(svc.oneshot("a/b".to_string()));
+    tokio::task::yield_now().await;
+    call.abort(); // e.g. a timeout outside the breaker
+    assert!(call.await.unwrap_err().is_cancelled());
+    for key in ["a/b", "a"] {
+        let counts = registry.get(&key.to_string()).unwrap().snapshot().counts;
+        assert_eq!(
+            (counts.calls, counts.cancelled, counts.failures),
+            (1, 1, 0),
+            "{key}"
+        );
+    }
+}

@@ -96,7 +96,7 @@ async fn a_stream_dropped_midway_by_the_client_counts_neither_way() {
     drop(response); // the caller walked away before the end
     let snap = breaker.snapshot();
     assert_eq!(
-        (snap.state, snap.counts.ignored, snap.counts.failures),
+        (snap.state, snap.counts.cancelled, snap.counts.failures),
         (State::Closed, 1, 0)
     );
 }

@@ -146,7 +146,13 @@ async fn timeout_outside_the_breaker_cancels_calls_before_they_are_recorded() {
         assert!(is_timeout(err.as_ref()));
     }
     assert_eq!(breaker.state(), State::Closed);
-    assert_eq!(breaker.snapshot().counts.failures, 0);
+    let counts = breaker.snapshot().counts;
+    assert_eq!(counts.failures, 0);
+    assert_eq!(
+        (counts.calls, counts.cancelled),
+        (10, 10),
+        "counted as cancelled: the sign of a timeout on the wrong side"
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -389,6 +389,12 @@ pub struct Counts {
     pub ignored: u64,
     /// Outcomes dropped because the breaker had moved to another generation.
     pub stale: u64,
+    /// Calls dropped before their outcome was known: the response future
+    /// (or a streamed body) dropped by the caller, typically by a timeout
+    /// *outside* the breaker. They count neither way (a probe's permit goes
+    /// back), so a breaker whose calls are all cancelled never trips: a
+    /// growing count here says the timeout belongs inside the breaker.
+    pub cancelled: u64,
     /// Times the breaker opened (trips and reopenings).
     pub opened: u64,
     /// Probe permits granted.

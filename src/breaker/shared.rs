@@ -83,6 +83,7 @@ struct Counters {
     failures: AtomicU64,
     ignored: AtomicU64,
     stale: AtomicU64,
+    cancelled: AtomicU64,
     opened: AtomicU64,
     probes: AtomicU64,
     /// A registry's insertion count when this breaker was last used: a
@@ -513,6 +514,11 @@ impl Shared {
             &self.counters.0.rejected
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a call dropped before its outcome was known.
+    pub(crate) fn count_cancelled(&self) {
+        self.counters.0.cancelled.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts the outcome of a call let through without feeding the policy.
@@ -1105,6 +1111,7 @@ impl Shared {
                 failures: c.failures.load(Ordering::Relaxed),
                 ignored: c.ignored.load(Ordering::Relaxed),
                 stale: c.stale.load(Ordering::Relaxed),
+                cancelled: c.cancelled.load(Ordering::Relaxed),
                 opened: c.opened.load(Ordering::Relaxed),
                 probes: c.probes.load(Ordering::Relaxed),
             },

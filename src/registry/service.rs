@@ -494,10 +494,23 @@ where
 
 pin_project! {
     /// Response future of [`KeyedCircuitBreaker`]: records the outcome in
-    /// the key's breaker and its parent's when the call completes.
+    /// the key's breaker and its parent's when the call completes. Dropped
+    /// before, the call counts as cancelled in each.
     pub struct KeyedFuture<F, C> {
         #[pin]
         state: KeyedState<F, C>,
+    }
+
+    impl<F, C> PinnedDrop for KeyedFuture<F, C> {
+        fn drop(this: Pin<&mut Self>) {
+            if let KeyedProj::Called { legs, .. } = this.project().state.project() {
+                for leg in legs.iter().flatten() {
+                    if leg.record != Record::Nothing {
+                        leg.hold.shared().count_cancelled();
+                    }
+                }
+            }
+        }
     }
 }
 

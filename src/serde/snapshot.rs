@@ -17,15 +17,16 @@ impl Serialize for State {
 }
 
 /// As a struct of its counters: `calls`, `rejected`, `failures`, `ignored`,
-/// `stale`, `opened`, `probes`.
+/// `stale`, `cancelled`, `opened`, `probes`.
 impl Serialize for Counts {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("Counts", 7)?;
+        let mut s = serializer.serialize_struct("Counts", 8)?;
         s.serialize_field("calls", &self.calls)?;
         s.serialize_field("rejected", &self.rejected)?;
         s.serialize_field("failures", &self.failures)?;
         s.serialize_field("ignored", &self.ignored)?;
         s.serialize_field("stale", &self.stale)?;
+        s.serialize_field("cancelled", &self.cancelled)?;
         s.serialize_field("opened", &self.opened)?;
         s.serialize_field("probes", &self.probes)?;
         s.end()
