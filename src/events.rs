@@ -13,8 +13,42 @@
 //!
 //! In shadow mode the same transitions are announced with `shadow: true`
 //! ("would have opened"), while no call is ever refused.
+//!
+//! # Observers
+//!
+//! Whatever watches every breaker of the process (the `metrics` feature's
+//! gauges, an admin page, your own exporter) is an [`Observer`], added once
+//! with [`observe`]: it learns of each breaker made and of each transition,
+//! in order per breaker, on the thread that made it, right after the
+//! subscribers. The breaker calls its observers and knows nothing else of
+//! them. An observer must return quickly and never block: it runs on the
+//! request path of the call that caused the transition.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::sync::Arc;
+//! use tower_circuit_breaker::events::{observe, Observer, Transition};
+//! use tower_circuit_breaker::{Breaker, Config, State};
+//!
+//! #[derive(Default)]
+//! struct Openings(AtomicUsize);
+//!
+//! impl Observer for Openings {
+//!     fn transition(&self, transition: &Transition) {
+//!         if transition.to == State::ForcedOpen {
+//!             self.0.fetch_add(1, Ordering::Relaxed);
+//!         }
+//!     }
+//! }
+//!
+//! let openings = Arc::new(Openings::default());
+//! observe(openings.clone());
+//! Breaker::new(Config::default()).force_open(None);
+//! assert!(openings.0.load(Ordering::Relaxed) >= 1);
+//! ```
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::millis::millis;
@@ -58,8 +92,62 @@ pub struct Transition {
     pub shadow: bool,
 }
 
+/// Watches every breaker of the process: added with [`observe`]. Both
+/// methods do nothing unless implemented.
+pub trait Observer: Send + Sync + 'static {
+    /// A breaker named `name` was made, closed.
+    fn created(&self, name: &str) {
+        let _ = name;
+    }
+
+    /// A breaker changed state (shadow-mode transitions included: see
+    /// [`Transition::shadow`]).
+    fn transition(&self, transition: &Transition) {
+        let _ = transition;
+    }
+}
+
+/// The observers added so far, and whether there is any: a breaker made
+/// or changed with none pays one load.
+static OBSERVERS: RwLock<Vec<Arc<dyn Observer>>> = RwLock::new(Vec::new());
+static ANY_OBSERVER: AtomicBool = AtomicBool::new(false);
+
+/// Adds `observer` to every breaker of the process, from now on: breakers
+/// made before are observed from their next transition. Observers are
+/// never removed.
+pub fn observe(observer: Arc<dyn Observer>) {
+    OBSERVERS
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(observer);
+    ANY_OBSERVER.store(true, Ordering::Release);
+}
+
+fn each_observer(tell: impl Fn(&dyn Observer)) {
+    if !ANY_OBSERVER.load(Ordering::Acquire) {
+        return;
+    }
+    // Cloned out, so that an observer may add another without a deadlock.
+    let observers = OBSERVERS.read().unwrap_or_else(|p| p.into_inner()).clone();
+    for observer in &observers {
+        tell(observer.as_ref());
+    }
+}
+
+/// A breaker named `name` was made: its observers learn of it.
+pub(crate) fn created(name: &str) {
+    each_observer(|o| o.created(name));
+}
+
 impl Transition {
-    pub(crate) fn emit(&self) {
+    /// Tells the world about this transition, once it is made and its
+    /// subscribers have it: the `tracing` event, then every observer.
+    pub(crate) fn publish(&self) {
+        self.emit();
+        each_observer(|o| o.transition(self));
+    }
+
+    fn emit(&self) {
         let reason = self.reason.as_ref().map(tracing::field::display);
         let policy = self.reason.as_ref().map(TripReason::policy);
         let retry_after_ms = self.retry_after.map(millis);

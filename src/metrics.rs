@@ -9,11 +9,14 @@
 //! | `circuit_breaker_calls_total` | counter | `breaker`, `outcome` (`admitted`, `rejected`, `failure`, `ignored`, `stale`, `cancelled`) | by [`export`] / [`export_registry`] |
 //! | `circuit_breaker_opened_total` | counter | `breaker` | by [`export`] / [`export_registry`] |
 //!
-//! State gauges and transition counters are pushed as transitions happen.
-//! Call counts are taken from the breakers' own counts when you export
-//! them, typically right before rendering a scrape: the request path writes
-//! nothing extra for metrics. The `breaker` label is the breaker's name (its
-//! key, in a registry).
+//! Call [`install`] once, next to installing your recorder: from then on
+//! every breaker's state gauges and transition counters are pushed as
+//! transitions happen (the breakers tell an [observer](crate::events::Observer)
+//! that this module adds; they know nothing of metrics). Call counts are
+//! taken from the breakers' own counts when you export them, typically right
+//! before rendering a scrape: the request path writes nothing extra for
+//! metrics. The `breaker` label is the breaker's name (its key, in a
+//! registry).
 //!
 //! In a [`Registry`], every key gets its own series (six state gauges from
 //! the breaker's creation), and a recorder keeps the series of evicted keys
@@ -26,6 +29,7 @@
 //! ```
 //! use tower_circuit_breaker::{metrics, Breaker, Config};
 //!
+//! metrics::install(); // once, at start-up, beside the recorder
 //! let breaker = Breaker::new(Config::builder().name("openai").build()?);
 //! // ... serve requests; then, when scraped:
 //! metrics::export(&breaker);
@@ -34,10 +38,11 @@
 
 use std::fmt;
 use std::hash::Hash;
+use std::sync::{Arc, Once};
 
 use ::metrics::{counter, gauge};
 
-use crate::events::Transition;
+use crate::events::{self, Observer, Transition};
 use crate::registry::Registry;
 use crate::{Breaker, State};
 
@@ -68,19 +73,40 @@ fn set_state(breaker: &str, current: State) {
     }
 }
 
-pub(crate) fn created(breaker: &str) {
-    set_state(breaker, State::Closed);
+/// Reports every breaker of the process from now on: its state gauges at
+/// creation and after each transition, and the transition counters. Call
+/// it once at start-up (later calls do nothing); breakers made before it
+/// report from their next transition, or their next [`export`].
+///
+/// ```
+/// use tower_circuit_breaker::metrics;
+///
+/// // metrics::set_global_recorder(your_recorder)?;
+/// metrics::install();
+/// ```
+pub fn install() {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| events::observe(Arc::new(Metrics)));
 }
 
-pub(crate) fn transition(t: &Transition) {
-    set_state(&t.breaker, t.to);
-    counter!(
-        "circuit_breaker_transitions_total",
-        "breaker" => t.breaker.to_string(),
-        "from" => state_label(t.from),
-        "to" => state_label(t.to)
-    )
-    .increment(1);
+/// The observer [`install`] adds.
+struct Metrics;
+
+impl Observer for Metrics {
+    fn created(&self, name: &str) {
+        set_state(name, State::Closed);
+    }
+
+    fn transition(&self, t: &Transition) {
+        set_state(&t.breaker, t.to);
+        counter!(
+            "circuit_breaker_transitions_total",
+            "breaker" => t.breaker.to_string(),
+            "from" => state_label(t.from),
+            "to" => state_label(t.to)
+        )
+        .increment(1);
+    }
 }
 
 /// Reports `breaker`'s counts (and refreshes its state gauge, so that an

@@ -92,6 +92,7 @@ async fn state_gauge_is_one_hot_after_every_transition_and_counts_export() {
     recorder
         .install()
         .expect("the only recorder in this binary");
+    metrics::install();
 
     let breaker = Breaker::new(
         Config::builder()

@@ -112,6 +112,7 @@ pub fn prometheus() -> PrometheusHandle {
             if let Err(err) = ::metrics::set_global_recorder(recorder) {
                 eprintln!("metrics will not be recorded: {err}");
             }
+            metrics::install();
             handle
         })
         .clone()

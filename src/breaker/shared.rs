@@ -179,8 +179,7 @@ impl Shared {
     }
 
     fn new(config: Config, me: Weak<Shared>) -> Self {
-        #[cfg(feature = "metrics")]
-        crate::metrics::created(&config.name);
+        crate::events::created(&config.name);
         let policy = PolicyState::new(&config.trip);
         Shared {
             name: Arc::clone(&config.name),
@@ -836,9 +835,7 @@ impl Shared {
             let _ = registry.send(transition.clone());
         }
         drop(book);
-        transition.emit();
-        #[cfg(feature = "metrics")]
-        crate::metrics::transition(&transition);
+        transition.publish();
         self.clones.wake_all();
         if transition.to == State::Open {
             self.start_prober();
