@@ -86,6 +86,32 @@ impl<C> CircuitBreakerLayer<C> {
     }
 }
 
+impl Breaker {
+    /// A layer whose services all share this breaker.
+    ///
+    /// ```
+    /// use tower::{service_fn, BoxError, ServiceBuilder};
+    /// use tower_circuit_breaker::{Breaker, Config};
+    ///
+    /// let breaker = Breaker::new(Config::builder().name("search").build()?);
+    /// let service = ServiceBuilder::new()
+    ///     .layer(breaker.layer())
+    ///     .service(service_fn(|q: String| async move { Ok::<_, BoxError>(q.len()) }));
+    /// # let _ = service;
+    /// # Ok::<_, tower_circuit_breaker::ConfigError>(())
+    /// ```
+    pub fn layer(&self) -> CircuitBreakerLayer {
+        CircuitBreakerLayer::from_breaker(self.clone())
+    }
+}
+
+impl From<&Breaker> for CircuitBreakerLayer {
+    /// A layer around `breaker`, as [`Breaker::layer`] makes it.
+    fn from(breaker: &Breaker) -> Self {
+        breaker.layer()
+    }
+}
+
 impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C> {
     type Service = CircuitBreaker<S, C>;
 

@@ -22,27 +22,64 @@
 //! shuts down and drops the task, the breaker probes passively until it next
 //! opens, and then starts a task on the runtime that opening happens on.
 
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tower_service::Service;
 
-use crate::breaker::admission::Permit;
-use crate::breaker::shared::Shared;
+use crate::breaker::shared::{Prober, Shared, Turn};
+use crate::breaker::Breaker;
 use crate::classify::{Classify, Outcome, Verdict};
 
-/// The probe task of one breaker, ready to be started on a runtime.
-pub(crate) type ProbeTask = Pin<Box<dyn Future<Output = ()> + Send>>;
+impl Breaker {
+    /// Probes actively: while the breaker is open, a background task sends
+    /// `make_request()` through `service` (the bare upstream, without this
+    /// breaker) after the open period and then every
+    /// [`probe_interval`](crate::Config::probe_interval), judging the
+    /// result with `classifier`, and user requests are refused until
+    /// `successes_to_close` probes in a row succeed. See [`crate::probe`].
+    /// Returns false if the breaker already has a prober.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower::{service_fn, BoxError};
+    /// use tower_circuit_breaker::{classify::ErrorsAsFailures, Breaker, Config};
+    ///
+    /// let breaker = Breaker::new(Config::model_router().name("openai").build()?);
+    /// let upstream = service_fn(|prompt: String| async move { Ok::<_, BoxError>(prompt.len()) });
+    /// // The smallest useful request: a one-token completion.
+    /// breaker.probe_actively(upstream, || "ping".to_string(), ErrorsAsFailures);
+    /// # Ok::<_, tower_circuit_breaker::ConfigError>(())
+    /// ```
+    pub fn probe_actively<S, Req, F, C>(&self, service: S, make_request: F, classifier: C) -> bool
+    where
+        S: Service<Req> + Clone + Send + 'static,
+        S::Future: Send,
+        S::Response: Send,
+        S::Error: Send,
+        Req: Send + 'static,
+        F: Fn() -> Req + Send + Sync + 'static,
+        C: Classify<S::Response, S::Error> + Send + Sync + 'static,
+    {
+        self.shared.set_prober(Box::new(Spawner {
+            // Behind a mutex, so that a service that is `Send` but not
+            // `Sync` can be kept here and cloned for each task.
+            service: Mutex::new(service),
+            make_request: Arc::new(make_request),
+            classifier: Arc::new(classifier),
+        }))
+    }
+}
 
-/// Makes a breaker's probe task.
-pub(crate) type Prober = Arc<dyn Fn(Weak<Shared>) -> ProbeTask + Send + Sync>;
+/// Starts probe tasks for one breaker: what each needs, kept between them.
+struct Spawner<S, F, C> {
+    service: Mutex<S>,
+    make_request: Arc<F>,
+    classifier: Arc<C>,
+}
 
-/// Builds the prober for `service`, sending `make_request()` and judging the
-/// result with `classifier`.
-pub(crate) fn prober<S, Req, F, C>(service: S, make_request: F, classifier: C) -> Prober
+impl<S, Req, F, C> Prober for Spawner<S, F, C>
 where
     S: Service<Req> + Clone + Send + 'static,
     S::Future: Send,
@@ -52,26 +89,29 @@ where
     F: Fn() -> Req + Send + Sync + 'static,
     C: Classify<S::Response, S::Error> + Send + Sync + 'static,
 {
-    let make_request = Arc::new(make_request);
-    let classifier = Arc::new(classifier);
-    // Behind a mutex, so that a service that is `Send` but not `Sync` can
-    // be kept here and cloned for each task.
-    let service = Mutex::new(service);
-    Arc::new(move |weak| {
-        let service = service.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    fn start(&self, breaker: Weak<Shared>) -> bool {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let service = self
+            .service
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         // Made here, not in the task's body: a task dropped before its first
         // poll (its runtime shut down) still clears the mark.
         let running = Running {
-            breaker: weak,
+            breaker,
             finished: false,
         };
-        Box::pin(run(
+        runtime.spawn(run(
             running,
             service,
-            Arc::clone(&make_request),
-            Arc::clone(&classifier),
-        ))
-    })
+            Arc::clone(&self.make_request),
+            Arc::clone(&self.classifier),
+        ));
+        true
+    }
 }
 
 /// Clears the breaker's "prober running" mark however the task ends: run
@@ -158,14 +198,4 @@ where
     };
     std::panic::catch_unwind(AssertUnwindSafe(|| classifier.classify(result.as_ref())))
         .unwrap_or(Verdict::new(Outcome::Failure))
-}
-
-/// What the probe task should do next.
-pub(crate) enum Turn {
-    /// The breaker closed or an operator holds it: the task ends.
-    Done,
-    /// Open: sleep until then.
-    WaitUntil(tokio::time::Instant),
-    /// Send a probe with this permit.
-    Probe(Permit),
 }

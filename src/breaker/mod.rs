@@ -14,7 +14,6 @@ use tokio::sync::broadcast;
 
 use crate::config::Config;
 use crate::events::Transition;
-use crate::layer::CircuitBreakerLayer;
 use crate::policy::{PolicyFigures, TripReason};
 use shared::{Command, Shared};
 
@@ -64,9 +63,11 @@ impl State {
 
 /// A cheap, cloneable handle to one breaker's state.
 ///
-/// Every service a [`CircuitBreakerLayer`] wraps, the layer itself, and every
-/// clone of this handle refer to the same breaker: the handle a metrics page
-/// reads is the one the request path updates.
+/// Every service a [`CircuitBreakerLayer`](crate::CircuitBreakerLayer)
+/// wraps, the layer itself, and every clone of this handle refer to the same
+/// breaker: the handle a metrics page reads is the one the request path
+/// updates. [`layer`](Breaker::layer) makes a layer around it, and
+/// [`probe_actively`](Breaker::probe_actively) gives it an active prober.
 ///
 /// ```
 /// use tower_circuit_breaker::{Breaker, Config, State};
@@ -204,44 +205,6 @@ impl Breaker {
     /// [`events`](crate::events).
     pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
         self.shared.subscribe()
-    }
-
-    /// Probes actively: while the breaker is open, a background task sends
-    /// `make_request()` through `service` (the bare upstream, without this
-    /// breaker) after the open period and then every
-    /// [`probe_interval`](crate::Config::probe_interval), judging the
-    /// result with `classifier`, and user requests are refused until
-    /// `successes_to_close` probes in a row succeed. See [`crate::probe`].
-    /// Returns false if the breaker already has a prober.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower::{service_fn, BoxError};
-    /// use tower_circuit_breaker::{classify::ErrorsAsFailures, Breaker, Config};
-    ///
-    /// let breaker = Breaker::new(Config::model_router().name("openai").build()?);
-    /// let upstream = service_fn(|prompt: String| async move { Ok::<_, BoxError>(prompt.len()) });
-    /// // The smallest useful request: a one-token completion.
-    /// breaker.probe_actively(upstream, || "ping".to_string(), ErrorsAsFailures);
-    /// # Ok::<_, tower_circuit_breaker::ConfigError>(())
-    /// ```
-    pub fn probe_actively<S, Req, F, C>(&self, service: S, make_request: F, classifier: C) -> bool
-    where
-        S: tower_service::Service<Req> + Clone + Send + 'static,
-        S::Future: Send,
-        S::Response: Send,
-        S::Error: Send,
-        Req: Send + 'static,
-        F: Fn() -> Req + Send + Sync + 'static,
-        C: crate::classify::Classify<S::Response, S::Error> + Send + Sync + 'static,
-    {
-        self.shared
-            .set_prober(crate::probe::prober(service, make_request, classifier))
-    }
-
-    /// A layer whose services all share this breaker.
-    pub fn layer(&self) -> CircuitBreakerLayer {
-        CircuitBreakerLayer::from_breaker(self.clone())
     }
 
     /// Whether two handles refer to the same breaker.

@@ -14,10 +14,12 @@
 #[cfg(feature = "redis")]
 mod fleet;
 mod manual;
+mod prober;
 mod probes;
 mod tally;
 
 pub(crate) use manual::Command;
+pub(crate) use prober::{Prober, Turn};
 use probes::ProbeBook;
 pub(crate) use probes::Ticket;
 use tally::Tally;
@@ -37,7 +39,6 @@ use crate::config::Config;
 use crate::events::Transition;
 use crate::millis::millis_up;
 use crate::policy::{PolicyState, Sample, TripReason};
-use crate::probe::{Prober, Turn};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
 use crate::{Counts, Snapshot, State};
 
@@ -163,8 +164,8 @@ pub(crate) struct Shared {
     forward: OnceLock<broadcast::Sender<Transition>>,
     /// This breaker, for the tasks it starts (which must not keep it alive).
     me: Weak<Shared>,
-    /// Active probing: what makes the probe task, and whether one runs.
-    prober: OnceLock<Prober>,
+    /// Active probing: what starts the probe task, and whether one runs.
+    prober: OnceLock<Box<dyn Prober>>,
     prober_running: AtomicBool,
     epoch: Instant,
     /// The shared-state store this breaker reports to, if any.
@@ -942,96 +943,6 @@ impl Shared {
     #[inline]
     pub(crate) fn success_is_quiet(&self) -> bool {
         self.hot.0.success.load(Ordering::Relaxed) == QUIET
-    }
-
-    /// Probes actively from now on (see [`crate::probe`]); starts at once if
-    /// the breaker is open. A breaker takes one prober, the first given.
-    pub(crate) fn set_prober(&self, prober: Prober) -> bool {
-        if self.prober.set(prober).is_err() {
-            return false;
-        }
-        if matches!(self.load().tag(), Tag::Open | Tag::HalfOpen) {
-            self.start_prober();
-        }
-        true
-    }
-
-    /// Starts the probe task unless one runs; without a tokio runtime here,
-    /// the breaker keeps probing passively.
-    fn start_prober(&self) {
-        let Some(prober) = self.prober.get() else {
-            return;
-        };
-        if self.prober_running.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(prober(self.me.clone()));
-            }
-            Err(_) => {
-                self.prober_running.store(false, Ordering::Release);
-                tracing::warn!(
-                    breaker = %self.name,
-                    "no tokio runtime to probe actively on: probing passively"
-                );
-            }
-        }
-    }
-
-    /// The probe task ended. If it ran to its end and the breaker opened
-    /// again meanwhile, another starts. If it panicked, or its runtime
-    /// dropped it (shutting down: a task spawned there would be dropped at
-    /// once, again and again), probing stays passive until the next opening
-    /// starts a task on the runtime that opening happens on.
-    pub(crate) fn prober_stopped(&self, finished: bool) {
-        self.prober_running.store(false, Ordering::Release);
-        self.clones.wake_all();
-        if finished && matches!(self.load().tag(), Tag::Open | Tag::HalfOpen) {
-            self.start_prober();
-        }
-    }
-
-    /// What the probe task does next: end, wait for the open period, or
-    /// probe with a permit (taken past any user, who is refused meanwhile).
-    pub(crate) fn prober_turn(self: &Arc<Self>) -> Turn {
-        loop {
-            let w = self.load();
-            let now = self.now_ms();
-            match w.tag() {
-                Tag::Closed | Tag::Manual => return Turn::Done,
-                Tag::Open if now < w.open_until_ms() => {
-                    return Turn::WaitUntil(self.instant_at(w.open_until_ms()))
-                }
-                Tag::Open => {
-                    let _ = self.enter_half_open(w);
-                }
-                Tag::HalfOpen if w.in_flight() < self.tuning.probes.load(Ordering::Relaxed) => {
-                    match self.take_permit(w, now) {
-                        Ok(permit) if permit.begin() => return Turn::Probe(permit),
-                        _ => {}
-                    }
-                }
-                // A user's probe from before the task started holds the
-                // permits: look again an interval later.
-                Tag::HalfOpen => {
-                    let at = now.saturating_add(self.probe_interval_ms());
-                    return Turn::WaitUntil(self.instant_at(at));
-                }
-            }
-        }
-    }
-
-    pub(crate) fn probe_interval(&self) -> Duration {
-        self.lock().config.probe_interval
-    }
-
-    fn probe_interval_ms(&self) -> u64 {
-        millis_up(self.probe_interval())
-    }
-
-    pub(crate) fn probe_timeout(&self) -> Option<Duration> {
-        self.lock().config.probe_timeout
     }
 
     /// A receiver of this breaker's transitions from now on.
