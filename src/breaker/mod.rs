@@ -3,6 +3,7 @@
 
 pub(crate) mod admission;
 pub(crate) mod clones;
+pub(crate) mod fleet;
 pub(crate) mod shared;
 pub(crate) mod state;
 

@@ -11,7 +11,6 @@
 //! compare-and-swap succeeds performs the transition and emits its event:
 //! exactly one event per transition.
 
-#[cfg(feature = "redis")]
 mod fleet;
 mod manual;
 mod prober;
@@ -33,6 +32,7 @@ use tokio::time::Instant;
 
 use super::admission::Decision;
 use super::clones::Clones;
+use super::fleet::FleetLink;
 use super::state::{Manual, Tag, Word, MAX_DEADLINE_MS};
 use crate::classify::Outcome;
 use crate::config::Config;
@@ -122,7 +122,6 @@ pub(super) struct Book {
     /// was last drained.
     tally_armed: bool,
     /// What this breaker knows of the fleet's state, when it shares one.
-    #[cfg(feature = "redis")]
     fleet: fleet::FleetBook,
     /// Retired by its registry: where the outcomes of calls it admitted go.
     successor: Option<Successor>,
@@ -168,9 +167,8 @@ pub(crate) struct Shared {
     prober: OnceLock<Box<dyn Prober>>,
     prober_running: AtomicBool,
     epoch: Instant,
-    /// The shared-state store this breaker reports to, if any.
-    #[cfg(feature = "redis")]
-    link: OnceLock<crate::store::redis::Link>,
+    /// The fleet backend this breaker reports to, if any.
+    link: OnceLock<Box<dyn FleetLink>>,
 }
 
 impl Shared {
@@ -209,7 +207,6 @@ impl Shared {
                 tallies: false,
                 tally_armed: false,
                 config: config.clone(),
-                #[cfg(feature = "redis")]
                 fleet: fleet::FleetBook::default(),
                 successor: None,
             }),
@@ -219,7 +216,6 @@ impl Shared {
             prober: OnceLock::new(),
             prober_running: AtomicBool::new(false),
             epoch: Instant::now(),
-            #[cfg(feature = "redis")]
             link: OnceLock::new(),
         }
         .tuned(&config)
@@ -690,7 +686,6 @@ impl Shared {
             self.note_hint(&mut book, hint, now);
         }
         let verdict = book.policy.record(Sample { failure, elapsed }, now);
-        #[cfg(feature = "redis")]
         self.fleet_outcome(&mut book, failure);
         // An upstream that announced when to come back is not worth the
         // rest of the threshold, when so configured.
@@ -716,7 +711,6 @@ impl Shared {
         }
         self.reset_policy(&mut book);
         self.refresh_success_flag(&book);
-        #[cfg(feature = "redis")]
         self.fleet_opened(&mut book, until.saturating_sub(now));
         self.opened(book, State::Closed, next, reason, now);
     }
@@ -765,7 +759,6 @@ impl Shared {
         // A retired breaker passes every success on.
         let matters = book.policy.success_matters() || book.successor.is_some();
         // A fleet count known to hold failures is reset by a success.
-        #[cfg(feature = "redis")]
         let matters = matters || book.fleet.failures;
         let mode = if matters {
             RECORD

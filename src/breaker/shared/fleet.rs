@@ -1,12 +1,12 @@
 //! A breaker that shares its state with a fleet through a store: what it
 //! reports, and how it takes in what the fleet decided.
 //!
-//! The request path never waits for the store. Outcomes and transitions are
-//! queued for the store's task ([`Link`]); the task brings the fleet's
-//! decisions back through [`Shared::fleet_open`],
-//! [`Shared::fleet_probe_won`] and [`Shared::fleet_closed`], which change
-//! the local state word like any other transition (under the lock, one
-//! compare-and-swap, one event).
+//! The request path never waits for the backend. Outcomes and transitions
+//! go out through the breaker's [`FleetLink`] (see [the port](crate::breaker::fleet));
+//! the backend brings the fleet's decisions back through
+//! [`Shared::fleet_open`], [`Shared::fleet_probe_won`] and
+//! [`Shared::fleet_closed`], which change the local state word like any
+//! other transition (under the lock, one compare-and-swap, one event).
 //!
 //! While the fleet holds a breaker open, the local open period is the
 //! fleet's plus a `hold`: long enough for the store's task to take the
@@ -15,13 +15,14 @@
 //! store went silent falls back to probing on its own.
 
 use super::{state_of, Book, Shared};
+use crate::breaker::fleet::FleetLink;
 use crate::breaker::state::{Tag, Word, MAX_DEADLINE_MS};
 use crate::policy::TripReason;
-use crate::store::redis::Link;
 use crate::sync::MutexGuard;
 
 /// What a breaker knows of the fleet.
 #[derive(Debug, Default)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) struct FleetBook {
     /// The fleet generation of the opening this breaker follows; 0 when
     /// closed, or open on its own evidence not yet acknowledged.
@@ -34,9 +35,10 @@ pub(crate) struct FleetBook {
     pub(crate) since_ms: u64,
 }
 
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 impl Shared {
     /// Reports to `link` from now on; false if it already reports to one.
-    pub(crate) fn attach_link(&self, link: Link) -> bool {
+    pub(crate) fn attach_link(&self, link: Box<dyn FleetLink>) -> bool {
         self.link.set(link).is_ok()
     }
 
@@ -197,7 +199,7 @@ impl Shared {
         }
     }
 
-    /// Whether this breaker reports to a store.
+    /// Whether this breaker reports to a fleet backend.
     pub(crate) fn has_link(&self) -> bool {
         self.link.get().is_some()
     }

@@ -245,7 +245,6 @@ impl Shared {
             book.probes.slots[ticket.slot] = None;
             self.publish_probe_deadline(&book);
         }
-        #[cfg(feature = "redis")]
         self.fleet_probe_succeeded(&book);
         if w.successes() + 1 < book.config.successes_to_close {
             self.lower_in_flight(generation, 1);
@@ -385,7 +384,6 @@ impl Shared {
             let next = Word::open(w.next_generation(), until);
             match self.cas(w, next) {
                 Ok(()) => {
-                    #[cfg(feature = "redis")]
                     self.fleet_opened(&mut book, until.saturating_sub(from_ms));
                     self.opened(book, State::HalfOpen, next, reason, from_ms);
                     return true;

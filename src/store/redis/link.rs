@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::script::{Args, Op};
+use crate::breaker::fleet::FleetLink;
 use crate::config::Config;
 use crate::policy::TripPolicy;
 
@@ -122,10 +123,14 @@ impl Link {
             .failures_to_open
             .or_else(|| consecutive_threshold(&config.trip))
     }
+}
 
-    /// A closed-state failure: count it in the fleet, if failures under
-    /// `config` are counted fleet-wide (whether they are).
-    pub(crate) fn failure(&self, config: &Config) -> bool {
+/// Each change becomes a write queued for the store's task, which runs the
+/// script with it; a full queue drops the oldest write.
+impl FleetLink for Link {
+    /// Counted fleet-wide when a threshold applies: the store's
+    /// `failures_to_open`, or the policy's consecutive-failures threshold.
+    fn failure(&self, config: &Config) -> bool {
         let Some(threshold) = self.threshold(config) else {
             return false;
         };
@@ -136,21 +141,17 @@ impl Link {
         true
     }
 
-    /// A closed-state success while the fleet count is not zero.
-    pub(crate) fn reset(&self) {
+    fn reset(&self) {
         self.push(Op::Reset, Args::default());
     }
 
-    /// This instance opened the breaker (its policy tripped, or a probe
-    /// failed in fleet generation `known`): tell the fleet.
-    pub(crate) fn opened(&self, config: &Config, open: Duration, attempt: u32, known: u64) {
+    fn opened(&self, config: &Config, open: Duration, attempt: u32, known: u64) {
         let mut args = self.base(config, open, attempt);
         args.known_generation = known;
         self.push(Op::Open, args);
     }
 
-    /// A probe succeeded in fleet generation `known`.
-    pub(crate) fn probe_succeeded(&self, config: &Config, known: u64) {
+    fn probe_succeeded(&self, config: &Config, known: u64) {
         let mut args = self.base(config, Duration::ZERO, 0);
         args.known_generation = known;
         self.push(Op::ProbeOk, args);

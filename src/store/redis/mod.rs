@@ -337,7 +337,7 @@ impl RedisStore {
             queue: Arc::clone(&self.inner.queue),
             settings: Arc::clone(&self.inner.settings),
         };
-        if !breaker.shared.attach_link(link) {
+        if !breaker.shared.attach_link(Box::new(link)) {
             return false;
         }
         // The task has stopped only if every store handle is gone, and this
