@@ -1,0 +1,168 @@
+//! Admission: what the breaker says about one call, in every state. Closed
+//! costs one atomic load; open reads the clock; an ended open period turns
+//! half-open here, by whichever caller sees it first; half-open takes a
+//! probe permit or refuses with an honest wait.
+
+use std::sync::Arc;
+
+use super::{Shared, Tag};
+use crate::breaker::admission::Decision;
+use crate::breaker::state::{Manual, Word};
+use crate::breaker::State;
+use crate::sync::Ordering;
+
+impl Shared {
+    /// Decides about one call. Closed costs one atomic load; open reads the
+    /// clock once; an elapsed open period is turned into half-open here, by
+    /// whichever caller sees it first.
+    #[inline]
+    pub(crate) fn admit(self: &Arc<Self>) -> Decision {
+        let w = self.load();
+        if w.tag() == Tag::Closed {
+            return Decision::Closed(w.generation());
+        }
+        self.admit_slow(w)
+    }
+
+    /// A fail-fast refusal's common case, without building a decision:
+    /// the state word `w` is open, its period not over, and shadow mode is
+    /// off. Returns the milliseconds left; `None` sends the caller to
+    /// [`admit`](Self::admit).
+    #[inline]
+    pub(crate) fn refuses_open(&self, w: Word) -> Option<u64> {
+        if w.tag() != Tag::Open || self.hot.0.shadow.load(Ordering::Relaxed) {
+            return None;
+        }
+        let now = self.now_ms();
+        w.open_until_ms().checked_sub(now).filter(|&left| left > 0)
+    }
+
+    #[cold]
+    fn admit_slow(self: &Arc<Self>, mut w: Word) -> Decision {
+        let now = self.now_ms();
+        loop {
+            match w.tag() {
+                Tag::Closed => return Decision::Closed(w.generation()),
+                Tag::Open => {
+                    if now < w.open_until_ms() {
+                        let until_ms = w.open_until_ms();
+                        return self.refuse(w, State::Open, until_ms - now, Some(until_ms));
+                    }
+                    if self.prober_running.load(Ordering::Acquire) {
+                        // Its probe task, not a user's request, probes.
+                        return self.refuse(w, State::HalfOpen, self.probe_interval_ms(), None);
+                    }
+                    w = self.enter_half_open(w).unwrap_or_else(|actual| actual);
+                }
+                Tag::HalfOpen if self.prober_running.load(Ordering::Acquire) => {
+                    return self.refuse(w, State::HalfOpen, self.probe_interval_ms(), None);
+                }
+                Tag::HalfOpen => {
+                    // A probe past its deadline is dealt with first, whether
+                    // or not a permit is free.
+                    let deadline = self.hot.0.probe_deadline_ms.load(Ordering::Acquire);
+                    if deadline != u64::MAX && now >= deadline {
+                        self.time_out_probes(w.generation(), now);
+                        let fresh = self.load();
+                        if fresh != w {
+                            w = fresh;
+                            continue;
+                        }
+                    }
+                    if w.in_flight() < self.tuning.probes.load(Ordering::Relaxed) {
+                        match self.take_permit(w, now) {
+                            Ok(permit) => return Decision::Probe(permit),
+                            Err(actual) => {
+                                w = actual;
+                                continue;
+                            }
+                        }
+                    }
+                    let retry_after_ms = self.half_open_wait_ms(deadline, now);
+                    let until_ms = (deadline != u64::MAX).then_some(deadline);
+                    return self.refuse(w, State::HalfOpen, retry_after_ms, until_ms);
+                }
+                Tag::Manual => {
+                    return match w.manual_mode() {
+                        // An operator's isolation holds even in shadow mode:
+                        // nobody knows when it ends; say so with `max_open`.
+                        Manual::Isolated => Decision::Reject {
+                            retry_after_ms: self.tuning.max_open_ms.load(Ordering::Relaxed),
+                            state: State::ForcedOpen,
+                            word: w,
+                            until_ms: None,
+                        },
+                        Manual::ForcedClosed => Decision::Bypass {
+                            counted: true,
+                            shadowed: false,
+                        },
+                        Manual::Disabled => Decision::Bypass {
+                            counted: false,
+                            shadowed: false,
+                        },
+                    };
+                }
+            }
+        }
+    }
+
+    /// What a refusal while half-open (every permit taken) tells callers to
+    /// wait: the time left until the in-flight probes' deadline, but never
+    /// more than the open period that just ended. The deadline is the
+    /// probe timeout's worst case (60 s by default), which would send a
+    /// gateway's users away for a minute while a probe that usually
+    /// answers in a second is in flight; the open period is the breaker's
+    /// own measure of how soon it is worth looking again. A probe's answer
+    /// settles the question sooner either way: callers that come back
+    /// early are refused again, cheaply.
+    pub(super) fn half_open_wait_ms(&self, probe_deadline_ms: u64, now: u64) -> u64 {
+        let open_period = self.tuning.open_period_ms.load(Ordering::Relaxed);
+        probe_deadline_ms.saturating_sub(now).min(open_period)
+    }
+
+    /// Moves open word `w`, whose period has ended, to half-open; returns
+    /// the new word, or the one that changed under us. Under the lock, like
+    /// every transition, so that subscribers see transitions in order.
+    pub(super) fn enter_half_open(&self, w: Word) -> Result<Word, Word> {
+        let mut book = self.lock();
+        let next = Word::half_open(w.next_generation(), 0, 0);
+        self.cas(w, next)?;
+        self.forget_probes(&mut book);
+        self.announce(book, self.transition(State::Open, next, None, None));
+        Ok(next)
+    }
+
+    /// An automatic refusal; in shadow mode, a pass that a real breaker
+    /// would have refused, and whose outcome it would never have seen.
+    fn refuse(
+        &self,
+        w: Word,
+        state: State,
+        retry_after_ms: u64,
+        until_ms: Option<u64>,
+    ) -> Decision {
+        if self.hot.0.shadow.load(Ordering::Relaxed) {
+            return Decision::Bypass {
+                counted: false,
+                shadowed: true,
+            };
+        }
+        Decision::Reject {
+            retry_after_ms,
+            state,
+            word: w,
+            until_ms,
+        }
+    }
+
+    /// Counts a call admitted, or refused, by a path without a service
+    /// clone of its own.
+    pub(crate) fn count_call(&self, admitted: bool) {
+        let counter = if admitted {
+            &self.counters.0.calls
+        } else {
+            &self.counters.0.rejected
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,84 @@
+//! Reading a breaker: its state and retry-after as a reader should see them
+//! (an ended open period reads half-open), and a snapshot of everything.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{state_of, Shared, Tag};
+use crate::breaker::state::Word;
+use crate::breaker::State;
+use crate::breaker::{Counts, Snapshot};
+use crate::sync::Ordering;
+
+impl Shared {
+    /// The state as a reader should see it: an open breaker whose period
+    /// has ended reads as half-open, whether or not a caller has moved it.
+    pub(crate) fn state(&self) -> State {
+        state_at(self.load(), self.now_ms())
+    }
+
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
+        retry_after_at(self.load(), self.now_ms())
+    }
+
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let (calls, rejected) = self.clones.totals();
+        let calls = calls + self.counters.0.calls.load(Ordering::Relaxed);
+        let rejected = rejected + self.counters.0.rejected.load(Ordering::Relaxed);
+        let mut book = self.lock();
+        let w = self.load();
+        let now = self.now_ms();
+        self.fold_tally(&mut book, w);
+        let state = state_at(w, now);
+        let since = match w.tag() {
+            Tag::Open if now >= w.open_until_ms() => w.open_until_ms(),
+            Tag::HalfOpen => book.open_until_ms,
+            _ => book.since_ms,
+        };
+        let (probes_in_flight, probe_successes) = match w.tag() {
+            Tag::HalfOpen => (w.in_flight(), w.successes()),
+            _ => (0, 0),
+        };
+        let policy = book.policy.figures(now);
+        self.arm_tally(&mut book, w, now);
+        let c = &self.counters.0;
+        Snapshot {
+            name: Arc::clone(self.name()),
+            state,
+            generation: w.generation(),
+            time_in_state: Duration::from_millis(now.saturating_sub(since)),
+            retry_after: retry_after_at(w, now),
+            probes_in_flight,
+            probe_successes,
+            failed_probe_rounds: book.attempt,
+            last_trip: book.last_trip.clone(),
+            policy,
+            shadow: self.hot.0.shadow.load(Ordering::Relaxed),
+            counts: Counts {
+                calls,
+                rejected,
+                failures: c.failures.load(Ordering::Relaxed),
+                ignored: c.ignored.load(Ordering::Relaxed),
+                stale: c.stale.load(Ordering::Relaxed),
+                cancelled: c.cancelled.load(Ordering::Relaxed),
+                opened: c.opened.load(Ordering::Relaxed),
+                probes: c.probes.load(Ordering::Relaxed),
+            },
+        }
+    }
+}
+
+/// The state as a reader should see it at `now_ms`: an open breaker whose
+/// period has ended reads as half-open, whether or not a caller has moved it.
+fn state_at(w: Word, now_ms: u64) -> State {
+    match w.tag() {
+        Tag::Open if now_ms >= w.open_until_ms() => State::HalfOpen,
+        _ => state_of(w),
+    }
+}
+
+/// The rest of the open period at `now_ms`, while open.
+pub(super) fn retry_after_at(w: Word, now_ms: u64) -> Option<Duration> {
+    (w.tag() == Tag::Open && now_ms < w.open_until_ms())
+        .then(|| Duration::from_millis(w.open_until_ms() - now_ms))
+}

@@ -1,0 +1,154 @@
+//! Transitions: opening and closing with their bookkeeping, the length of
+//! the next open period, and announcing each transition once, to
+//! subscribers, observers and waiting gate-mode clones.
+
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+
+use super::snapshot::retry_after_at;
+use super::{next_unit, state_of, Book, Shared, EVENT_CAPACITY};
+use crate::breaker::state::{Word, MAX_DEADLINE_MS};
+use crate::breaker::State;
+use crate::events::Transition;
+use crate::millis::millis_up;
+use crate::policy::TripReason;
+use crate::sync::{MutexGuard, Ordering};
+use std::sync::Arc;
+
+impl Shared {
+    /// Books an open period from `since_ms` to `until_ms`: when it began,
+    /// when half-open begins, and how long it was.
+    pub(super) fn book_open_period(&self, book: &mut Book, since_ms: u64, until_ms: u64) {
+        book.since_ms = since_ms;
+        book.open_until_ms = until_ms;
+        self.tuning
+            .open_period_ms
+            .store(until_ms.saturating_sub(since_ms), Ordering::Relaxed);
+    }
+
+    /// The breaker has just moved from `from` to open word `next`, its
+    /// period counted from `since_ms`: book it and announce it.
+    pub(super) fn opened(
+        &self,
+        mut book: MutexGuard<'_, Book>,
+        from: State,
+        next: Word,
+        reason: TripReason,
+        since_ms: u64,
+    ) {
+        book.last_trip = Some(reason.clone());
+        self.book_open_period(&mut book, since_ms, next.open_until_ms());
+        book.hint_until_ms = None;
+        self.forget_probes(&mut book);
+        self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
+        let retry_after = retry_after_at(next, self.now_ms()).unwrap_or_default();
+        self.announce(
+            book,
+            self.transition(from, next, Some(reason), Some(retry_after)),
+        );
+    }
+
+    /// The breaker has just closed (word `next`, from `from`): the past is
+    /// forgotten; announce it.
+    pub(super) fn closed(
+        &self,
+        mut book: MutexGuard<'_, Book>,
+        from: State,
+        next: Word,
+        reason: Option<TripReason>,
+    ) {
+        book.attempt = 0;
+        book.hint_until_ms = None;
+        book.since_ms = self.now_ms();
+        self.reset_policy(&mut book);
+        self.forget_probes(&mut book);
+        self.refresh_success_flag(&book);
+        self.announce(book, self.transition(from, next, reason, None));
+    }
+
+    /// End of the next open period, starting at `from_ms`: the policy's
+    /// period for this attempt, lengthened by jitter, never under `min_open`,
+    /// never under an announced retry-after, never over `max_open`.
+    pub(super) fn open_until(&self, book: &mut Book, from_ms: u64) -> u64 {
+        let c = &book.config;
+        let active = book.attempt > 0 && self.prober.get().is_some();
+        let mut period = if active {
+            // Probing actively: a failed probe is followed by the next one
+            // an interval later, not by a longer and longer wait. Users are
+            // refused from the trip until the breaker closes, and the first
+            // probe came after `min_open`: that floor is already kept.
+            c.probe_interval
+        } else {
+            c.open_period(book.attempt)
+        };
+        // Jitter lengthens, never shortens: `cooldown` (and every period
+        // after it) is the least time before a probe, as users read it and
+        // as other breakers and backoffs that jitter a wait treat it.
+        if c.jitter > 0.0 {
+            let share = c.jitter * next_unit(&mut book.rng);
+            period = Duration::try_from_secs_f64(period.as_secs_f64() * (1.0 + share))
+                .unwrap_or(c.max_open);
+        }
+        let mut until = from_ms.saturating_add(millis_up(period));
+        // Read, not taken: the caller clears it once the transition is made.
+        if let Some(hint) = book.hint_until_ms {
+            until = until.max(hint);
+        }
+        until
+            .min(from_ms.saturating_add(millis_up(c.max_open)))
+            .min(MAX_DEADLINE_MS)
+    }
+
+    /// Tells the world about a transition: the event, then every waiting
+    /// gate-mode clone.
+    ///
+    /// Subscribers get it while the lock is still held (sending never
+    /// waits), so they see one breaker's transitions in order; the `tracing`
+    /// event and the wake-ups follow once it is released.
+    pub(super) fn announce(&self, book: MutexGuard<'_, Book>, transition: Transition) {
+        // No subscriber left is not an error.
+        if let Some(events) = self.events.get() {
+            let _ = events.send(transition.clone());
+        }
+        if let Some(registry) = self.forward.get() {
+            let _ = registry.send(transition.clone());
+        }
+        drop(book);
+        transition.publish();
+        self.clones.wake_all();
+        if transition.to == State::Open {
+            self.start_prober();
+        }
+    }
+
+    /// Also announces every transition to `registry`.
+    pub(crate) fn forward_to(&self, registry: broadcast::Sender<Transition>) {
+        let _ = self.forward.set(registry);
+    }
+
+    /// A receiver of this breaker's transitions from now on.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.events
+            .get_or_init(|| broadcast::channel(EVENT_CAPACITY).0)
+            .subscribe()
+    }
+
+    pub(super) fn transition(
+        &self,
+        from: State,
+        to: Word,
+        reason: Option<TripReason>,
+        retry_after: Option<Duration>,
+    ) -> Transition {
+        Transition {
+            breaker: Arc::clone(self.name()),
+            from,
+            to: state_of(to),
+            generation: to.generation(),
+            reason,
+            retry_after,
+            shadow: self.hot.0.shadow.load(Ordering::Relaxed),
+        }
+    }
+}
