@@ -3,9 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::breaker::state::MAX_COUNT;
 use crate::error::ConfigError;
 use crate::policy::TripPolicy;
+
+/// The most probes in flight, and probe successes to close, a config may
+/// ask for: what the state word's half-open counters hold.
+pub(crate) const MAX_COUNT: u32 = (1 << 20) - 1;
 
 /// The longest open period a config may ask for.
 const MAX_OPEN_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);

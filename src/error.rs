@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::State;
+use crate::events::State;
 
 /// The breaker refused a call without sending it: the circuit is open, or
 /// half-open with every probe permit taken.

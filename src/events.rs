@@ -1,4 +1,5 @@
-//! Transitions: what the breaker tells the world when its state changes.
+//! States and transitions: what the breaker tells the world when its state
+//! changes.
 //!
 //! Every real transition is announced exactly once, by the thread that won
 //! the compare-and-swap performing it:
@@ -53,7 +54,50 @@ use std::time::Duration;
 
 use crate::millis::millis;
 use crate::policy::TripReason;
-use crate::State;
+
+/// A breaker's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum State {
+    /// Calls go through; outcomes feed the trip policy.
+    Closed,
+    /// Calls are refused at once with [`CircuitOpen`](crate::CircuitOpen).
+    Open,
+    /// The open period has ended: up to `probes` calls go through as probes;
+    /// the rest are refused until the probes tell whether to close or reopen.
+    HalfOpen,
+    /// Held open by an operator ([`Breaker::force_open`](crate::Breaker::force_open) without an end):
+    /// refuses everything, whatever the clock says, until restored.
+    ForcedOpen,
+    /// Held closed by an operator ([`Breaker::force_closed`](crate::Breaker::force_closed)): admits
+    /// everything; failures are counted but never trip it.
+    ForcedClosed,
+    /// Switched off by an operator ([`Breaker::disable`](crate::Breaker::disable)): admits everything
+    /// and records nothing.
+    Disabled,
+}
+
+impl State {
+    /// The state's snake-case name: `"closed"`, `"open"`, `"half_open"`,
+    /// `"forced_open"`, `"forced_closed"` or `"disabled"`, as metric labels
+    /// and serialized snapshots spell it.
+    ///
+    /// ```
+    /// use tower_circuit_breaker::State;
+    ///
+    /// assert_eq!(State::HalfOpen.as_str(), "half_open");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Closed => "closed",
+            State::Open => "open",
+            State::HalfOpen => "half_open",
+            State::ForcedOpen => "forced_open",
+            State::ForcedClosed => "forced_closed",
+            State::Disabled => "disabled",
+        }
+    }
+}
 
 /// One state change of one breaker.
 ///

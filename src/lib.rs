@@ -260,9 +260,10 @@ mod sync;
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub mod tonic;
 
-pub use breaker::{Breaker, BreakerGroup, Counts, Snapshot, State};
+pub use breaker::{Breaker, BreakerGroup, Counts, Snapshot};
 pub use config::{Config, ConfigBuilder};
 pub use error::{CircuitOpen, ConfigError};
+pub use events::State;
 pub use failover::Failover;
 pub use layer::CircuitBreakerLayer;
 pub use service::{CircuitBreaker, Readiness};

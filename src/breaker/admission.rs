@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::shared::{Shared, Ticket};
 use super::state::Word;
-use crate::State;
+use crate::events::State;
 
 /// What the breaker says about one call.
 #[derive(Debug)]

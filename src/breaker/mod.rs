@@ -14,53 +14,9 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 use crate::config::Config;
-use crate::events::Transition;
+use crate::events::{State, Transition};
 use crate::policy::{PolicyFigures, TripReason};
 use shared::{Command, Shared};
-
-/// A breaker's state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum State {
-    /// Calls go through; outcomes feed the trip policy.
-    Closed,
-    /// Calls are refused at once with [`CircuitOpen`](crate::CircuitOpen).
-    Open,
-    /// The open period has ended: up to `probes` calls go through as probes;
-    /// the rest are refused until the probes tell whether to close or reopen.
-    HalfOpen,
-    /// Held open by an operator ([`Breaker::force_open`] without an end):
-    /// refuses everything, whatever the clock says, until restored.
-    ForcedOpen,
-    /// Held closed by an operator ([`Breaker::force_closed`]): admits
-    /// everything; failures are counted but never trip it.
-    ForcedClosed,
-    /// Switched off by an operator ([`Breaker::disable`]): admits everything
-    /// and records nothing.
-    Disabled,
-}
-
-impl State {
-    /// The state's snake-case name: `"closed"`, `"open"`, `"half_open"`,
-    /// `"forced_open"`, `"forced_closed"` or `"disabled"`, as metric labels
-    /// and serialized snapshots spell it.
-    ///
-    /// ```
-    /// use tower_circuit_breaker::State;
-    ///
-    /// assert_eq!(State::HalfOpen.as_str(), "half_open");
-    /// ```
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Closed => "closed",
-            State::Open => "open",
-            State::HalfOpen => "half_open",
-            State::ForcedOpen => "forced_open",
-            State::ForcedClosed => "forced_closed",
-            State::Disabled => "disabled",
-        }
-    }
-}
 
 /// A cheap, cloneable handle to one breaker's state.
 ///

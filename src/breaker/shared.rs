@@ -57,11 +57,11 @@ use super::fleet::FleetLink;
 use super::state::{Manual, Tag, Word};
 use crate::classify::Outcome;
 use crate::config::Config;
+use crate::events::State;
 use crate::events::Transition;
 use crate::millis::millis_up;
 use crate::policy::{PolicyState, TripReason};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
-use crate::State;
 
 /// Transitions a subscriber may fall behind by before it skips ahead.
 pub(crate) const EVENT_CAPACITY: usize = 64;

@@ -26,9 +26,9 @@ const PAYLOAD_MASK: u64 = (1 << 40) - 1;
 const COUNT_BITS: u32 = 20;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 
-/// The largest value a half-open counter (probes in flight, probe
-/// successes) can hold; the config validates against it.
-pub(crate) const MAX_COUNT: u32 = COUNT_MASK as u32;
+// The config bounds the half-open counters (probes in flight, probe
+// successes) by what they can hold.
+const _: () = assert!(crate::config::MAX_COUNT as u64 == COUNT_MASK);
 
 /// The latest representable deadline, in milliseconds since the epoch.
 pub(crate) const MAX_DEADLINE_MS: u64 = PAYLOAD_MASK;

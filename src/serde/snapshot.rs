@@ -3,7 +3,8 @@
 
 use ::serde::ser::{Serialize, SerializeStruct, Serializer};
 
-use crate::breaker::{Counts, Snapshot, State};
+use crate::breaker::{Counts, Snapshot};
+use crate::events::State;
 use crate::events::Transition;
 use crate::millis::{millis, millis_up};
 use crate::policy::{PolicyFigures, TripReason};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::{Shared, Tag};
 use crate::breaker::admission::Decision;
 use crate::breaker::state::{Manual, Word};
-use crate::breaker::State;
+use crate::events::State;
 use crate::sync::Ordering;
 
 impl Shared {

@@ -18,9 +18,9 @@ use std::time::Duration;
 use super::{Book, Shared};
 use crate::breaker::admission::Permit;
 use crate::breaker::state::{Tag, Word};
+use crate::events::State;
 use crate::millis::millis_up;
 use crate::policy::TripReason;
-use crate::State;
 
 /// A permit's place in the deadline book: its slot, and an id that tells a
 /// permit taken back (and its slot reused) from the one holding it now.

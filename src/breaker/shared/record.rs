@@ -9,8 +9,8 @@ use tokio::time::Instant;
 
 use super::{Book, Shared, Tag, QUIET, RECORD, TALLY};
 use crate::breaker::state::Word;
-use crate::breaker::State;
 use crate::classify::Outcome;
+use crate::events::State;
 use crate::millis::millis_up;
 use crate::policy::{Sample, TripReason};
 use crate::sync::Ordering;
@@ -84,11 +84,7 @@ impl Shared {
     /// Adds a success of closed generation `generation` to the tally; false
     /// when it must be recorded under the lock instead (the breaker has
     /// moved on, which the lock finds stale, or the tally cannot take it).
-    fn tally_success(
-        &self,
-        generation: u32,
-        timing: Option<(Duration, Instant)>,
-    ) -> bool {
+    fn tally_success(&self, generation: u32, timing: Option<(Duration, Instant)>) -> bool {
         let Some(tally) = self.tally.get() else {
             return false;
         };

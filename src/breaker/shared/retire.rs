@@ -102,8 +102,8 @@ mod tests {
 
     use super::super::test_support::{mode, shared};
     use super::super::{Shared, Successor, QUIET, RECORD};
-    use crate::breaker::State;
     use crate::classify::Outcome;
+    use crate::events::State;
     use crate::policy::CountWindow;
 
     /// A successor that notes what it is given.

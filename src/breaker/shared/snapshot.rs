@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::{state_of, Shared, Tag};
 use crate::breaker::state::Word;
-use crate::breaker::State;
 use crate::breaker::{Counts, Snapshot};
+use crate::events::State;
 use crate::sync::Ordering;
 
 impl Shared {

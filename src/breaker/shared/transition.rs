@@ -9,7 +9,7 @@ use tokio::sync::broadcast;
 use super::snapshot::retry_after_at;
 use super::{next_unit, state_of, Book, Shared, EVENT_CAPACITY};
 use crate::breaker::state::{Word, MAX_DEADLINE_MS};
-use crate::breaker::State;
+use crate::events::State;
 use crate::events::Transition;
 use crate::millis::millis_up;
 use crate::policy::TripReason;
