@@ -205,6 +205,26 @@
 //! # }
 //! ```
 //!
+//! # Architecture
+//!
+//! One direction: a request meets **admission**, the **inner** service
+//! answers, a classifier turns the answer into an **outcome**, the outcome
+//! feeds the trip **policy**, the policy's verdict makes a **transition**,
+//! and the transition goes out as **events** to subscribers and observers.
+//! The rooms, from the bottom up; each names only rooms below it:
+//!
+//! | room | holds |
+//! | --- | --- |
+//! | `policy`, `outcome`, `classify` | pure decisions: outcomes in, a verdict out; a call's result in, an outcome out |
+//! | `config`, `error`, `events` | validated settings; typed errors; states, transitions and the [observer](events::Observer) hook |
+//! | `breaker` (the core) | the state word and generations, admission and permits, recording, transitions, manual control; the ports it defines: the fleet backend's trait, the prober's |
+//! | `service`, `future`, `body`, `layer` | the tower service and layer over the core; outcomes recorded when the response, or its body's end of stream, arrives |
+//! | `registry`, `failover`, `probe` | keyed breakers; the candidate chain; active probing through the core's admission |
+//! | `store`, `metrics`, `serde`, `axum`, `tonic` | fleet backends on the core's port; observers; integrations |
+//!
+//! A test (`tests/architecture.rs`) checks that the core and the pure rooms
+//! name nothing above them.
+//!
 //! # Cargo features
 //!
 //! | feature | adds |
@@ -247,6 +267,7 @@ mod local;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 mod millis;
+mod outcome;
 pub mod policy;
 pub mod probe;
 pub mod registry;

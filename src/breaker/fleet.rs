@@ -1,7 +1,7 @@
 //! The fleet port: what a breaker that shares its state with other
 //! instances (a fleet) tells its backend, and what the backend tells it.
 //!
-//! The core defines the port; backends implement it ([`crate::store`]:
+//! The core defines the port; backends implement it (the `store` module:
 //! Redis, and an in-process one). A breaker holds an attached backend only
 //! as a [`FleetLink`], and a reader of the core never reads a backend to
 //! know what a transition does.

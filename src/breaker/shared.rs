@@ -55,11 +55,11 @@ use tokio::time::Instant;
 use super::clones::Clones;
 use super::fleet::FleetLink;
 use super::state::{Manual, Tag, Word};
-use crate::classify::Outcome;
 use crate::config::Config;
 use crate::events::State;
 use crate::events::Transition;
 use crate::millis::millis_up;
+use crate::outcome::Outcome;
 use crate::policy::{PolicyState, TripReason};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
 

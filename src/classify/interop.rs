@@ -12,8 +12,8 @@ use tower_http::classify::{
 use super::stream::{Classified, ClassifyEos, ClassifyResponse};
 use super::{Outcome, Verdict};
 
-/// A tower-http classifier, judging for a
-/// [`StreamingBreaker`](crate::body::StreamingBreaker): a response or error
+/// A tower-http classifier, judging for a streaming breaker
+/// ([`CircuitBreakerLayer::streaming`](crate::CircuitBreakerLayer::streaming)): a response or error
 /// it classifies as a failure is a failure, anything else a success (tower-
 /// http has no "ignore": a 4xx is a success to `ServerErrorsAsFailures`),
 /// and a classification it defers to the end of the stream is made there.

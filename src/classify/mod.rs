@@ -33,9 +33,9 @@ mod interop;
 mod stream;
 
 use std::error::Error;
-use std::time::Duration;
 
 pub use self::http::{parse_retry_after, HttpClassifier};
+pub use crate::outcome::{Outcome, Verdict};
 #[cfg(feature = "http-body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http-body")))]
 pub use grpc::{grpc_status, parse_pushback, GrpcClassifier, GrpcEos};
@@ -45,61 +45,6 @@ pub use interop::{TowerHttp, TowerHttpEosOf};
 #[cfg(feature = "http-body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http-body")))]
 pub use stream::{BodyEnds, Classified, ClassifyEos, ClassifyResponse, StreamingHttp};
-
-/// How one call counts toward the breaker's health.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// The dependency worked.
-    Success,
-    /// The dependency failed in a way that may pass: a timeout, a refused
-    /// connection, a 5xx, a 429.
-    Failure,
-    /// The call says nothing about the dependency's health (a 400, a 401):
-    /// it counts neither way and returns its probe permit.
-    Ignore,
-}
-
-/// An [`Outcome`] and an optional retry-after hint read from the response.
-///
-/// A hint on a failure keeps the breaker open at least that long when it
-/// opens (capped by [`Config::max_open`](crate::Config::max_open)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Verdict {
-    outcome: Outcome,
-    retry_after: Option<Duration>,
-}
-
-impl Verdict {
-    /// A verdict without a hint.
-    pub const fn new(outcome: Outcome) -> Self {
-        Verdict {
-            outcome,
-            retry_after: None,
-        }
-    }
-
-    /// Adds a retry-after hint.
-    pub const fn with_retry_after(mut self, retry_after: Duration) -> Self {
-        self.retry_after = Some(retry_after);
-        self
-    }
-
-    /// The outcome.
-    pub const fn outcome(&self) -> Outcome {
-        self.outcome
-    }
-
-    /// The hint, if the upstream gave one.
-    pub const fn retry_after(&self) -> Option<Duration> {
-        self.retry_after
-    }
-}
-
-impl From<Outcome> for Verdict {
-    fn from(outcome: Outcome) -> Self {
-        Verdict::new(outcome)
-    }
-}
 
 /// Decides how a call's result counts. Implemented by closures
 /// `Fn(Result<&T, &E>) -> impl Into<Verdict>`.

@@ -2,7 +2,7 @@
 //! its task starts and stops, and what it is allowed to do next.
 //!
 //! The core knows a prober only through [`Prober`]: something that can
-//! start a task for a breaker. The task (see [`crate::probe`]) drives the
+//! start a task for a breaker. The task (the `probe` module's) drives the
 //! breaker through the same admission and outcome paths as a user's call:
 //! [`Shared::prober_turn`] hands it a probe permit when the open period has
 //! ended, and the permit records the probe's outcome.

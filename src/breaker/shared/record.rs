@@ -9,9 +9,9 @@ use tokio::time::Instant;
 
 use super::{Book, Shared, Tag, QUIET, RECORD, TALLY};
 use crate::breaker::state::Word;
-use crate::classify::Outcome;
 use crate::events::State;
 use crate::millis::millis_up;
+use crate::outcome::Outcome;
 use crate::policy::{Sample, TripReason};
 use crate::sync::Ordering;
 
@@ -268,7 +268,7 @@ mod tests {
 
     use super::super::test_support::{mode, shared};
     use super::super::{QUIET, RECORD, TALLY};
-    use crate::classify::Outcome;
+    use crate::outcome::Outcome;
     use crate::policy::{CountWindow, SlowCalls, TimeWindow, TripPolicy};
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Shared, Successor, Tag};
-use crate::classify::Outcome;
+use crate::outcome::Outcome;
 use crate::sync::Ordering;
 
 impl Shared {
@@ -102,8 +102,8 @@ mod tests {
 
     use super::super::test_support::{mode, shared};
     use super::super::{Shared, Successor, QUIET, RECORD};
-    use crate::classify::Outcome;
     use crate::events::State;
+    use crate::outcome::Outcome;
     use crate::policy::CountWindow;
 
     /// A successor that notes what it is given.
