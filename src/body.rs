@@ -217,7 +217,7 @@ impl<S, C, Req, B> Service<Req> for StreamingBreaker<S, C>
 where
     S: Service<Req, Response = Response<B>>,
     S::Error: From<CircuitOpen>,
-    C: ClassifyResponse<B, S::Error>,
+    C: ClassifyResponse<B, S::Error> + Clone,
     B: Body,
 {
     type Response = Response<BreakerBody<B, C::Eos>>;

@@ -28,65 +28,18 @@ use crate::events::State;
 /// Services with a typed error enum get it through `From<CircuitOpen>`.
 #[derive(Clone, Debug)]
 pub struct CircuitOpen {
-    name: Name,
+    // The name as a reference to an allocation the refusing service clone
+    // keeps for itself: 16 bytes, so that a `Result` holding a rejection
+    // stays small to move, and a refusal's reference count lives on a
+    // cache line no other clone writes (a clone serving one request refers
+    // to the breaker's own).
+    name: Arc<str>,
     retry_after_ms: u64,
     state: State,
 }
 
-const INLINE_NAME: usize = 24;
-
-/// A breaker's name as a rejection carries it: short names are copied
-/// inline, so refusing a call touches no reference count shared with other
-/// threads; longer ones share the breaker's allocation. Every field is
-/// word-aligned, so copies of a freshly built rejection move whole words
-/// (a byte-offset layout costs store-forwarding stalls on the refusal path).
-#[derive(Clone)]
-pub(crate) struct Name {
-    len: usize,
-    inline: InlineBytes,
-    shared: Option<Arc<str>>,
-}
-
-#[derive(Clone, Copy)]
-#[repr(C, align(8))]
-struct InlineBytes([u8; INLINE_NAME]);
-
-impl Name {
-    pub(crate) fn new(name: &Arc<str>) -> Self {
-        let mut inline = InlineBytes([0; INLINE_NAME]);
-        if name.len() <= INLINE_NAME {
-            inline.0[..name.len()].copy_from_slice(name.as_bytes());
-            Name {
-                len: name.len(),
-                inline,
-                shared: None,
-            }
-        } else {
-            Name {
-                len: 0,
-                inline,
-                shared: Some(Arc::clone(name)),
-            }
-        }
-    }
-
-    fn as_str(&self) -> &str {
-        match &self.shared {
-            Some(name) => name,
-            // The bytes are a whole `str` copied in `new`: always valid.
-            None => std::str::from_utf8(&self.inline.0[..self.len]).unwrap_or(""),
-        }
-    }
-}
-
-impl fmt::Debug for Name {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
 impl CircuitOpen {
-    pub(crate) fn new(name: Name, retry_after_ms: u64, state: State) -> Self {
+    pub(crate) fn new(name: Arc<str>, retry_after_ms: u64, state: State) -> Self {
         CircuitOpen {
             name,
             retry_after_ms,
@@ -108,7 +61,7 @@ impl CircuitOpen {
 
     /// The name of the breaker that refused the call.
     pub fn breaker(&self) -> &str {
-        self.name.as_str()
+        &self.name
     }
 
     /// The state the breaker was in when it refused: [`State::Open`] or
@@ -179,7 +132,7 @@ impl fmt::Display for CircuitOpen {
         write!(
             f,
             "circuit breaker `{}` is {}; retry after {} ms",
-            self.name.as_str(),
+            &self.name,
             match self.state {
                 State::HalfOpen => "half-open with every probe in flight",
                 _ => "open",

@@ -16,6 +16,36 @@ use crate::classify::{Classify, Outcome, Verdict};
 use crate::error::CircuitOpen;
 use crate::local::Lease;
 
+/// How a response future holds its breaker and classifier until the
+/// outcome is in.
+pub(crate) enum Hold<C> {
+    /// A lease on the calling service clone's own handle: one atomic
+    /// operation per call, on a line no other clone writes (a clone that
+    /// makes more than one call).
+    Leased(Lease<C>),
+    /// A reference to the breaker and a copy of the classifier (a clone
+    /// serving a single request, which makes no handle of its own).
+    Direct { shared: Arc<Shared>, classifier: C },
+}
+
+impl<C> Hold<C> {
+    #[inline]
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        match self {
+            Hold::Leased(lease) => &lease.shared,
+            Hold::Direct { shared, .. } => shared,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn classifier(&self) -> &C {
+        match self {
+            Hold::Leased(lease) => &lease.classifier,
+            Hold::Direct { classifier, .. } => classifier,
+        }
+    }
+}
+
 /// What a call's outcome feeds, once it is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Record {
@@ -33,7 +63,7 @@ pub(crate) enum Record {
 pub(crate) fn record(
     shared: &Shared,
     generation: u32,
-    permit: &mut Option<Permit>,
+    permit: &mut Option<Box<Permit>>,
     verdict: Verdict,
     start: Option<Instant>,
     count_only: bool,
@@ -55,7 +85,7 @@ pub(crate) fn record(
 fn record_slow(
     shared: &Shared,
     generation: u32,
-    permit: &mut Option<Permit>,
+    permit: &mut Option<Box<Permit>>,
     verdict: Verdict,
     start: Option<Instant>,
     count_only: bool,
@@ -64,14 +94,7 @@ fn record_slow(
         shared.count_outcome(verdict.outcome());
         return;
     }
-    // Test before taking: `take` would read the whole option right after
-    // `call` wrote only its tag, a store-forwarding stall on the hot path.
-    let permit = if permit.is_some() {
-        permit.take()
-    } else {
-        None
-    };
-    match permit {
+    match permit.take().map(|permit| *permit) {
         None => shared.record_closed(
             generation,
             verdict.outcome(),
@@ -109,11 +132,11 @@ pin_project! {
 
     impl<F, C> PinnedDrop for ResponseFuture<F, C> {
         fn drop(this: Pin<&mut Self>) {
-            if let KindProj::Called { local, record, .. } = this.project().kind.project() {
+            if let KindProj::Called { hold, record, .. } = this.project().kind.project() {
                 // Dropped before its outcome was known; the permit, if
                 // any, goes back as the field drops.
                 if *record != Record::Nothing {
-                    local.shared.count_cancelled();
+                    hold.shared().count_cancelled();
                 }
             }
         }
@@ -126,13 +149,14 @@ pin_project! {
         Called {
             #[pin]
             future: F,
-            local: Lease<C>,
+            hold: Hold<C>,
             // The closed generation that admitted the call (probes: the
-            // half-open one), and a probe's permit. Each field is written
+            // half-open one), and a probe's permit (boxed: probes are rare,
+            // and every call moves this future). Each field is written
             // where it lives: building an enum and moving it here costs a
             // store-forwarding stall on the hot path.
             generation: u32,
-            permit: Option<Permit>,
+            permit: Option<Box<Permit>>,
             record: Record,
             start: Option<Instant>,
         },
@@ -146,16 +170,16 @@ impl<F, C> ResponseFuture<F, C> {
     #[inline]
     pub(crate) fn called(
         future: F,
-        local: Lease<C>,
+        hold: Hold<C>,
         generation: u32,
-        permit: Option<Permit>,
+        permit: Option<Box<Permit>>,
         start: Option<Instant>,
         record: Record,
     ) -> Self {
         ResponseFuture {
             kind: Kind::Called {
                 future,
-                local,
+                hold,
                 generation,
                 permit,
                 record,
@@ -194,7 +218,7 @@ where
             },
             KindProj::Called {
                 future,
-                local,
+                hold,
                 generation,
                 permit,
                 record: what,
@@ -202,7 +226,7 @@ where
             } => {
                 let polled = catch_unwind(AssertUnwindSafe(|| future.poll(cx)));
                 let mut recorder = Recorder {
-                    shared: &local.shared,
+                    shared: hold.shared(),
                     generation: *generation,
                     permit,
                     what,
@@ -217,7 +241,7 @@ where
                     }
                 };
                 if recorder.is_recording() {
-                    let classifier = &local.classifier;
+                    let classifier = hold.classifier();
                     let verdict =
                         catch_unwind(AssertUnwindSafe(|| classifier.classify(output.as_ref())))
                             .unwrap_or_else(|panic| {
@@ -266,7 +290,7 @@ impl<F, C> ResponseFuture<F, C> {
             },
             KindProj::Called {
                 future,
-                local,
+                hold,
                 generation,
                 permit,
                 record: what,
@@ -274,7 +298,7 @@ impl<F, C> ResponseFuture<F, C> {
             } => {
                 let polled = catch_unwind(AssertUnwindSafe(|| future.poll(cx)));
                 let mut recorder = Recorder {
-                    shared: &local.shared,
+                    shared: hold.shared(),
                     generation: *generation,
                     permit,
                     what,
@@ -290,7 +314,7 @@ impl<F, C> ResponseFuture<F, C> {
                 };
                 let mut later = None;
                 if recorder.is_recording() {
-                    let classifier = &local.classifier;
+                    let classifier = hold.classifier();
                     match catch_unwind(AssertUnwindSafe(|| judge(classifier, output.as_ref()))) {
                         Ok(Judgement::Now(verdict)) => recorder.record(verdict),
                         Ok(Judgement::Later(eos)) => later = recorder.defer().map(|o| (eos, o)),
@@ -311,7 +335,7 @@ impl<F, C> ResponseFuture<F, C> {
 pub(crate) struct Recorder<'a> {
     shared: &'a Arc<Shared>,
     generation: u32,
-    permit: &'a mut Option<Permit>,
+    permit: &'a mut Option<Box<Permit>>,
     what: &'a mut Record,
     start: Option<Instant>,
 }
@@ -365,7 +389,7 @@ impl Recorder<'_> {
 pub(crate) struct Obligation {
     shared: Arc<Shared>,
     generation: u32,
-    permit: Option<Permit>,
+    permit: Option<Box<Permit>>,
     what: Record,
     start: Option<Instant>,
 }

@@ -23,13 +23,14 @@ use crate::sync::{fence, AtomicU64, Ordering};
 
 use crate::breaker::clones::CloneCounts;
 use crate::breaker::shared::Shared;
-use crate::error::Name;
 
 /// What one service clone needs, held privately by that clone.
 pub(crate) struct Local<C> {
     pub(crate) shared: Arc<Shared>,
-    /// The breaker's name as rejections carry it.
-    pub(crate) name: Name,
+    /// The breaker's name as this clone's rejections carry it: a copy of
+    /// its own, so that their reference counts touch no line another clone
+    /// writes.
+    pub(crate) name: Arc<str>,
     pub(crate) classifier: C,
     refs: AtomicU64,
 }
@@ -63,7 +64,7 @@ unsafe impl<C: Send + Sync> Sync for Lease<C> {}
 
 impl<C> Owner<C> {
     pub(crate) fn new(shared: Arc<Shared>, classifier: C) -> Self {
-        let name = Name::new(shared.name());
+        let name = Arc::from(&**shared.name());
         let (counts, slot) = shared.clones.register();
         let local = Box::new(Local {
             shared,

@@ -17,7 +17,7 @@ use crate::breaker::state::{Tag, Word};
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures};
 use crate::error::CircuitOpen;
-use crate::future::{Record, ResponseFuture};
+use crate::future::{Hold, Record, ResponseFuture};
 use crate::local::Owner;
 use crate::State;
 
@@ -95,8 +95,12 @@ enum Reservation {
 /// with `tower::timeout` inside work as they are, and inner errors pass
 /// through untouched.
 ///
-/// Cloning allocates a small per-clone handle; clone once per task or
-/// connection (as `Buffer` and balancers do), not once per request.
+/// Cloning costs a reference count and a copy of the classifier: a clone
+/// made for one request (as axum makes them) allocates nothing. A clone
+/// that makes a second call makes a small handle of its own (one
+/// allocation), through which its later calls keep their counts and
+/// reference counts on memory no other clone writes, so that clones on
+/// many threads do not contend.
 ///
 /// ```
 /// use tower::{service_fn, Service, ServiceExt, BoxError};
@@ -121,7 +125,7 @@ enum Reservation {
 /// [`CircuitBreakerLayer`]: crate::CircuitBreakerLayer
 pub struct CircuitBreaker<S, C = ErrorsAsFailures> {
     inner: S,
-    local: Owner<C>,
+    handle: Handle<C>,
     ready: Reservation,
     mode: Readiness,
     /// Gate mode's one timer: the end of the period it waits for.
@@ -140,7 +144,7 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
     pub fn with_classifier(inner: S, breaker: &Breaker, classifier: C) -> Self {
         CircuitBreaker {
             inner,
-            local: Owner::new(Arc::clone(&breaker.shared), classifier),
+            handle: Handle::new(Arc::clone(&breaker.shared), classifier),
             ready: Reservation::Unchecked,
             mode: Readiness::FailFast,
             sleep: None,
@@ -159,7 +163,7 @@ impl<S, C> CircuitBreaker<S, C> {
     /// A handle to the breaker.
     pub fn breaker(&self) -> Breaker {
         Breaker {
-            shared: Arc::clone(&self.local.shared),
+            shared: Arc::clone(&self.handle.shared),
         }
     }
 
@@ -177,10 +181,99 @@ impl<S, C> CircuitBreaker<S, C> {
     pub fn into_inner(self) -> S {
         self.inner
     }
+}
 
-    fn reject(&self, retry_after_ms: u64, state: State) -> CircuitOpen {
-        self.local.counts.rejected();
-        CircuitOpen::new(self.local.name.clone(), retry_after_ms, state)
+/// How one service clone reaches its breaker: the shared state and its
+/// own classifier, and, from its second call on, a handle of its own.
+struct Handle<C> {
+    shared: Arc<Shared>,
+    classifier: C,
+    /// Made at the clone's second call (one that serves a single request
+    /// never makes it): the clone's own counts, and the reference count its
+    /// response futures take, on memory no other clone writes.
+    own: Option<Owner<C>>,
+    /// Whether the clone has made a call without `own`.
+    called: bool,
+}
+
+impl<C> Handle<C> {
+    fn new(shared: Arc<Shared>, classifier: C) -> Self {
+        Handle {
+            shared,
+            classifier,
+            own: None,
+            called: false,
+        }
+    }
+
+    /// Where this clone counts a call.
+    #[inline]
+    fn counts(&self) -> Counts<'_> {
+        match &self.own {
+            Some(owner) => Counts::Clone(&owner.counts),
+            None => Counts::Breaker,
+        }
+    }
+
+    /// The clone's own handle, made if need be.
+    fn own(&mut self) -> &mut Owner<C>
+    where
+        C: Clone,
+    {
+        self.own
+            .get_or_insert_with(|| Owner::new(Arc::clone(&self.shared), self.classifier.clone()))
+    }
+
+    /// Whether this call is the clone's second or later, with no handle of
+    /// its own yet: then it makes one.
+    #[inline]
+    fn wants_own(&mut self) -> bool {
+        self.own.is_none() && std::mem::replace(&mut self.called, true)
+    }
+
+    /// Counts a call admitted, and holds the breaker for its response future.
+    #[inline]
+    fn admitted(&mut self) -> Hold<C>
+    where
+        C: Clone,
+    {
+        if self.wants_own() {
+            self.own();
+        }
+        match &mut self.own {
+            Some(owner) => {
+                owner.counts.admitted();
+                Hold::Leased(owner.lease())
+            }
+            None => {
+                self.shared.count_call(true);
+                Hold::Direct {
+                    shared: Arc::clone(&self.shared),
+                    classifier: self.classifier.clone(),
+                }
+            }
+        }
+    }
+
+    /// Counts a refusal, and makes it.
+    fn refused(&mut self, retry_after_ms: u64, state: State) -> CircuitOpen
+    where
+        C: Clone,
+    {
+        if self.wants_own() {
+            self.own();
+        }
+        let name = match &self.own {
+            Some(owner) => {
+                owner.counts.rejected();
+                Arc::clone(&owner.name)
+            }
+            None => {
+                self.shared.count_call(false);
+                Arc::clone(self.shared.name())
+            }
+        };
+        CircuitOpen::new(name, retry_after_ms, state)
     }
 }
 
@@ -267,7 +360,7 @@ impl<S, C, Req> Service<Req> for CircuitBreaker<S, C>
 where
     S: Service<Req>,
     S::Error: From<CircuitOpen>,
-    C: Classify<S::Response, S::Error>,
+    C: Classify<S::Response, S::Error> + Clone,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -284,7 +377,7 @@ where
     }
 }
 
-impl<S, C> CircuitBreaker<S, C> {
+impl<S, C: Clone> CircuitBreaker<S, C> {
     /// `poll_ready`, whatever the classifier: admission does not depend on
     /// how outcomes are judged.
     #[inline]
@@ -292,7 +385,7 @@ impl<S, C> CircuitBreaker<S, C> {
     where
         S: Service<Req>,
     {
-        let word = self.local.shared.load();
+        let word = self.handle.shared.load();
         if word.tag() == Tag::Closed {
             // Closed needs no reservation; a permit left from an earlier
             // half-open generation is stale, and goes back.
@@ -303,7 +396,7 @@ impl<S, C> CircuitBreaker<S, C> {
         }
         // Fail-fast, open, the period not over: refuse without a decision.
         if self.mode == Readiness::FailFast && !matches!(self.ready, Reservation::Probe(_)) {
-            if let Some(retry_after_ms) = self.local.shared.refuses_open(word) {
+            if let Some(retry_after_ms) = self.handle.shared.refuses_open(word) {
                 self.ready = Reservation::Reject {
                     word: word.0,
                     retry_after_ms,
@@ -321,7 +414,7 @@ impl<S, C> CircuitBreaker<S, C> {
     where
         S: Service<Req>,
     {
-        let word = self.local.shared.load();
+        let word = self.handle.shared.load();
         if word.tag() == Tag::Closed {
             // Readiness counts once: the next call needs a new `poll_ready`.
             match self.ready {
@@ -331,7 +424,7 @@ impl<S, C> CircuitBreaker<S, C> {
                 // since: refuse this once; the next `poll_ready` sees closed.
                 Reservation::Reject { state, .. } => {
                     self.ready = Reservation::Unchecked;
-                    return ResponseFuture::rejected(self.reject(0, state));
+                    return ResponseFuture::rejected(self.handle.refused(0, state));
                 }
                 Reservation::Probe(_) => self.ready = Reservation::Unchecked,
             }
@@ -341,7 +434,7 @@ impl<S, C> CircuitBreaker<S, C> {
     }
 }
 
-impl<S, C> CircuitBreaker<S, C> {
+impl<S, C: Clone> CircuitBreaker<S, C> {
     fn poll_ready_not_closed<Req>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>>
     where
         S: Service<Req>,
@@ -354,7 +447,7 @@ impl<S, C> CircuitBreaker<S, C> {
             // kept while it belongs to the current half-open generation.
             let keep = matches!(&self.ready, Reservation::Probe(permit) if permit.is_current());
             if !keep {
-                self.ready = match self.local.shared.admit() {
+                self.ready = match self.handle.shared.admit() {
                     Decision::Closed(_) | Decision::Bypass { .. } => Reservation::Unchecked,
                     Decision::Probe(permit) => Reservation::Probe(permit),
                     Decision::Reject {
@@ -399,8 +492,10 @@ impl<S, C> CircuitBreaker<S, C> {
     /// (any transition, a permit given back) or when a probe becomes
     /// possible (`until_ms`). Returns true when that has already happened.
     fn gate_wait(&mut self, cx: &mut Context<'_>, seen: Word, until_ms: Option<u64>) -> bool {
-        let shared = &self.local.shared;
-        shared.clones.wait(self.local.slot(), cx.waker());
+        // A clone that waits is kept: it registers through a handle of its own.
+        let slot = self.handle.own().slot();
+        let shared = &self.handle.shared;
+        shared.clones.wait(slot, cx.waker());
         // A change made before the waker was in place woke nobody: look again.
         if shared.load() != seen {
             return true;
@@ -437,7 +532,7 @@ impl<S, C> CircuitBreaker<S, C> {
             // now; if it has moved on, the next `poll_ready` will see it.
             self.ready = Reservation::Unchecked;
             let retry_after_ms = if seen == word.0 { retry_after_ms } else { 0 };
-            return ResponseFuture::rejected(self.reject(retry_after_ms, state));
+            return ResponseFuture::rejected(self.handle.refused(retry_after_ms, state));
         }
         // `begin` confirms a reserved permit still holds and starts its
         // deadline: the probe's time runs from the call, not the reservation.
@@ -449,9 +544,9 @@ impl<S, C> CircuitBreaker<S, C> {
             // none), or the reservation lapsed: decide again, so a breaker
             // that opened in between refuses without calling.
             _ => match Settled::of(
-                self.local.shared.admit(),
-                &self.local.shared,
-                Counts::Clone(&self.local.counts),
+                self.handle.shared.admit(),
+                &self.handle.shared,
+                self.handle.counts(),
             ) {
                 Settled::Admitted {
                     generation,
@@ -461,7 +556,7 @@ impl<S, C> CircuitBreaker<S, C> {
                 Settled::Refused {
                     retry_after_ms,
                     state,
-                } => ResponseFuture::rejected(self.reject(retry_after_ms, state)),
+                } => ResponseFuture::rejected(self.handle.refused(retry_after_ms, state)),
             },
         }
     }
@@ -477,15 +572,15 @@ impl<S, C> CircuitBreaker<S, C> {
     where
         S: Service<Req>,
     {
-        self.local.counts.admitted();
-        let start = self.local.shared.needs_latency().then(Instant::now);
+        let hold = self.handle.admitted();
+        let start = self.handle.shared.needs_latency().then(Instant::now);
         // If `call` panics, `permit` is dropped while unwinding and goes back.
         let future = self.inner.call(req);
         ResponseFuture::called(
             future,
-            self.local.lease(),
+            hold,
             generation,
-            permit,
+            permit.map(Box::new),
             start,
             record,
         )
@@ -496,11 +591,11 @@ impl<S: Clone, C: Clone> Clone for CircuitBreaker<S, C> {
     fn clone(&self) -> Self {
         CircuitBreaker {
             inner: self.inner.clone(),
-            // Each clone gets its own handle, and no readiness: a reservation
-            // belongs to the clone that made it.
-            local: Owner::new(
-                Arc::clone(&self.local.shared),
-                self.local.classifier.clone(),
+            // No handle of its own until it makes a second call, and no
+            // readiness: a reservation belongs to the clone that made it.
+            handle: Handle::new(
+                Arc::clone(&self.handle.shared),
+                self.handle.classifier.clone(),
             ),
             ready: Reservation::Unchecked,
             mode: self.mode,
@@ -514,7 +609,7 @@ impl<S: fmt::Debug, C> fmt::Debug for CircuitBreaker<S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CircuitBreaker")
             .field("inner", &self.inner)
-            .field("breaker", &self.local.shared)
+            .field("breaker", &self.handle.shared)
             .finish_non_exhaustive()
     }
 }

@@ -19,7 +19,7 @@ use crate::breaker::admission::Permit;
 use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures, Outcome, Verdict};
-use crate::error::{CircuitOpen, Name};
+use crate::error::CircuitOpen;
 use crate::future::{record, Record};
 use crate::local::{Lease, Owner};
 use crate::service::{Counts, Settled};
@@ -339,7 +339,7 @@ impl Drop for LookedUp {
 struct Leg {
     hold: Hold,
     generation: u32,
-    permit: Option<Permit>,
+    permit: Option<Box<Permit>>,
     record: Record,
 }
 
@@ -359,7 +359,7 @@ impl Leg {
             } => Ok(Leg {
                 hold,
                 generation,
-                permit,
+                permit: permit.map(Box::new),
                 record,
             }),
             Settled::Refused {
@@ -368,7 +368,7 @@ impl Leg {
             } => {
                 counts.count(shared, false);
                 Err(CircuitOpen::new(
-                    Name::new(shared.name()),
+                    Arc::clone(shared.name()),
                     retry_after_ms,
                     state,
                 ))
