@@ -30,7 +30,7 @@ impl Shared {
     /// [`admit`](Self::admit).
     #[inline]
     pub(crate) fn refuses_open(&self, w: Word) -> Option<u64> {
-        if w.tag() != Tag::Open || self.hot.0.shadow.load(Ordering::Relaxed) {
+        if w.tag() != Tag::Open || self.hot.shadow.load(Ordering::Relaxed) {
             return None;
         }
         let now = self.now_ms();
@@ -60,7 +60,7 @@ impl Shared {
                 Tag::HalfOpen => {
                     // A probe past its deadline is dealt with first, whether
                     // or not a permit is free.
-                    let deadline = self.hot.0.probe_deadline_ms.load(Ordering::Acquire);
+                    let deadline = self.hot.probe_deadline_ms.load(Ordering::Acquire);
                     if deadline != u64::MAX && now >= deadline {
                         self.time_out_probes(w.generation(), now);
                         let fresh = self.load();
@@ -141,7 +141,7 @@ impl Shared {
         retry_after_ms: u64,
         until_ms: Option<u64>,
     ) -> Decision {
-        if self.hot.0.shadow.load(Ordering::Relaxed) {
+        if self.hot.shadow.load(Ordering::Relaxed) {
             return Decision::Bypass {
                 counted: false,
                 shadowed: true,
@@ -159,9 +159,9 @@ impl Shared {
     /// clone of its own.
     pub(crate) fn count_call(&self, admitted: bool) {
         let counter = if admitted {
-            &self.counters.0.calls
+            &self.counters.calls
         } else {
-            &self.counters.0.rejected
+            &self.counters.rejected
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }

@@ -82,7 +82,7 @@ impl Shared {
                     if next.tag() == Tag::Open {
                         self.book_open_period(&mut book, now, next.open_until_ms());
                         book.last_trip = Some(TripReason::Manual);
-                        self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
+                        self.counters.opened.fetch_add(1, Ordering::Relaxed);
                     } else {
                         book.attempt = 0;
                     }
@@ -106,7 +106,7 @@ impl Shared {
     /// Shadow mode on or off: refusals become passes, transitions are
     /// announced as what a real breaker would have done.
     pub(crate) fn set_shadow(&self, on: bool) {
-        let was = self.hot.0.shadow.swap(on, Ordering::Relaxed);
+        let was = self.hot.shadow.swap(on, Ordering::Relaxed);
         if was != on {
             tracing::info!(breaker = %self.name(), shadow = on, "circuit breaker shadow mode changed");
             // Shadow mode turns every refusal into a pass: a gate-mode clone
@@ -117,6 +117,6 @@ impl Shared {
     }
 
     pub(crate) fn is_shadow(&self) -> bool {
-        self.hot.0.shadow.load(Ordering::Relaxed)
+        self.hot.shadow.load(Ordering::Relaxed)
     }
 }

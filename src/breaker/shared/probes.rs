@@ -100,18 +100,18 @@ impl Shared {
         let next = Word::half_open(w.generation(), w.in_flight() + 1, w.successes());
         if !self.tuning.probe_timeout.load(Ordering::Relaxed) {
             self.cas(w, next)?;
-            self.counters.0.probes.fetch_add(1, Ordering::Relaxed);
+            self.counters.probes.fetch_add(1, Ordering::Relaxed);
             return Ok(Permit::new(Arc::clone(self), w.generation(), None));
         }
         let mut book = self.lock();
         // A reload in between changes the generation: the swap below fails.
         let Some(timeout) = book.config.probe_timeout else {
             self.cas(w, next)?;
-            self.counters.0.probes.fetch_add(1, Ordering::Relaxed);
+            self.counters.probes.fetch_add(1, Ordering::Relaxed);
             return Ok(Permit::new(Arc::clone(self), w.generation(), None));
         };
         self.cas(w, next)?;
-        self.counters.0.probes.fetch_add(1, Ordering::Relaxed);
+        self.counters.probes.fetch_add(1, Ordering::Relaxed);
         let probes = &mut book.probes;
         if probes.generation != w.generation() {
             probes.generation = w.generation();
@@ -168,7 +168,7 @@ impl Shared {
     }
 
     pub(super) fn publish_probe_deadline(&self, book: &Book) {
-        self.hot.0.probe_deadline_ms.store(
+        self.hot.probe_deadline_ms.store(
             book.probes.earliest().unwrap_or(u64::MAX),
             Ordering::Release,
         );
@@ -178,7 +178,6 @@ impl Shared {
     pub(super) fn forget_probes(&self, book: &mut Book) {
         book.probes.clear();
         self.hot
-            .0
             .probe_deadline_ms
             .store(u64::MAX, Ordering::Release);
     }
@@ -238,7 +237,7 @@ impl Shared {
             && w.generation() == generation
             && ticket.is_none_or(|t| book.probes.entry(generation, t).is_some());
         if !valid {
-            self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
+            self.counters.stale.fetch_add(1, Ordering::Relaxed);
             return;
         }
         if let Some(ticket) = ticket {
@@ -279,7 +278,7 @@ impl Shared {
         };
         let now = self.now_ms();
         if self.reopen(book, generation, now, hint, TripReason::ProbeFailed) {
-            self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
+            self.counters.failures.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -336,7 +335,6 @@ impl Shared {
             let failures = overdue.len() as u64;
             if self.reopen(book, generation, deadline, None, TripReason::ProbeTimedOut) {
                 self.counters
-                    .0
                     .failures
                     .fetch_add(failures, Ordering::Relaxed);
             }
@@ -373,7 +371,7 @@ impl Shared {
     ) -> bool {
         let mut w = self.load();
         if w.tag() != Tag::HalfOpen || w.generation() != generation {
-            self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
+            self.counters.stale.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         self.note_hint(&mut book, hint, from_ms);

@@ -18,14 +18,14 @@ use crate::sync::Ordering;
 impl Shared {
     /// Counts a call dropped before its outcome was known.
     pub(crate) fn count_cancelled(&self) {
-        self.counters.0.cancelled.fetch_add(1, Ordering::Relaxed);
+        self.counters.cancelled.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts the outcome of a call let through without feeding the policy.
     pub(crate) fn count_outcome(&self, outcome: Outcome) {
         match outcome {
-            Outcome::Failure => self.counters.0.failures.fetch_add(1, Ordering::Relaxed),
-            Outcome::Ignore => self.counters.0.ignored.fetch_add(1, Ordering::Relaxed),
+            Outcome::Failure => self.counters.failures.fetch_add(1, Ordering::Relaxed),
+            Outcome::Ignore => self.counters.ignored.fetch_add(1, Ordering::Relaxed),
             Outcome::Success => return,
         };
     }
@@ -42,10 +42,10 @@ impl Shared {
     ) {
         match outcome {
             Outcome::Ignore => {
-                self.counters.0.ignored.fetch_add(1, Ordering::Relaxed);
+                self.counters.ignored.fetch_add(1, Ordering::Relaxed);
             }
             Outcome::Success => {
-                let mode = self.hot.0.success.load(Ordering::Relaxed);
+                let mode = self.hot.success.load(Ordering::Relaxed);
                 match (mode, timing) {
                     // The common case: nothing to reset, nothing to write.
                     (QUIET, None) => {}
@@ -124,7 +124,7 @@ impl Shared {
     /// end of the bucket `now` falls in, when successes are to be tallied
     /// (the flag is up to date); under the lock, last thing.
     pub(super) fn arm_tally(&self, book: &mut Book, w: Word, now: u64) {
-        if self.hot.0.success.load(Ordering::Relaxed) != TALLY || w.tag() != Tag::Closed {
+        if self.hot.success.load(Ordering::Relaxed) != TALLY || w.tag() != Tag::Closed {
             return;
         }
         let (Some(tally), Some(end_ms)) = (self.tally.get(), book.policy.tally_end(now)) else {
@@ -159,7 +159,7 @@ impl Shared {
         let mut book = self.lock();
         let w = self.load();
         if w != Word::closed(generation) {
-            self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
+            self.counters.stale.fetch_add(1, Ordering::Relaxed);
             return;
         }
         if let Some(successor) = book.successor.clone() {
@@ -186,7 +186,7 @@ impl Shared {
         // The successes tallied so far come first, each in its own bucket.
         self.fold_tally(&mut book, w);
         if failure {
-            self.counters.0.failures.fetch_add(1, Ordering::Relaxed);
+            self.counters.failures.fetch_add(1, Ordering::Relaxed);
             self.note_hint(&mut book, hint, now);
         }
         let verdict = book.policy.record(Sample { failure, elapsed }, now);
@@ -209,7 +209,7 @@ impl Shared {
         // Under the lock nothing else changes a closed word, but stay correct
         // if that ever stops being true: a lost race means the call is stale.
         if self.cas(w, next).is_err() {
-            self.counters.0.stale.fetch_add(1, Ordering::Relaxed);
+            self.counters.stale.fetch_add(1, Ordering::Relaxed);
             self.refresh_success_flag(&book);
             return;
         }
@@ -232,8 +232,8 @@ impl Shared {
             QUIET
         };
         // Write only on change: the flag shares a line with the state word.
-        if self.hot.0.success.load(Ordering::Relaxed) != mode {
-            self.hot.0.success.store(mode, Ordering::Relaxed);
+        if self.hot.success.load(Ordering::Relaxed) != mode {
+            self.hot.success.store(mode, Ordering::Relaxed);
         }
     }
 
@@ -256,7 +256,7 @@ impl Shared {
     /// Whether a closed-state success that needs no time changes nothing.
     #[inline]
     pub(crate) fn success_is_quiet(&self) -> bool {
-        self.hot.0.success.load(Ordering::Relaxed) == QUIET
+        self.hot.success.load(Ordering::Relaxed) == QUIET
     }
 }
 

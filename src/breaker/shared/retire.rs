@@ -18,7 +18,7 @@ impl Shared {
     /// in `every` of them.
     #[inline]
     pub(crate) fn mark_used(&self, now: u64, every: u64) {
-        let used_at = &self.counters.0.used_at;
+        let used_at = &self.counters.used_at;
         if now.wrapping_sub(used_at.load(Ordering::Relaxed)) >= every {
             used_at.store(now, Ordering::Relaxed);
         }
@@ -26,7 +26,7 @@ impl Shared {
 
     /// The registry insertion count at the last use.
     pub(crate) fn used_at(&self) -> u64 {
-        self.counters.0.used_at.load(Ordering::Relaxed)
+        self.counters.used_at.load(Ordering::Relaxed)
     }
 
     /// Retires this breaker from its registry if it is closed, and is not
@@ -43,7 +43,7 @@ impl Shared {
         }
         book.successor = Some(successor);
         this.refresh_success_flag(&book);
-        this.hot.0.retired.store(true, Ordering::Release);
+        this.hot.retired.store(true, Ordering::Release);
         true
     }
 
@@ -57,9 +57,9 @@ impl Shared {
     pub(crate) fn is_evictable(this: &Arc<Self>) -> bool {
         let others = Arc::strong_count(this) as u64 - 1;
         this.load().tag() == Tag::Closed
-            && !this.hot.0.shadow.load(Ordering::Relaxed)
+            && !this.hot.shadow.load(Ordering::Relaxed)
             && this.prober.get().is_none()
-            && others <= this.counters.0.internal_handles.load(Ordering::Acquire)
+            && others <= this.counters.internal_handles.load(Ordering::Acquire)
     }
 
     /// A keyed service takes (`true`) or drops a handle of its own on this
@@ -67,7 +67,7 @@ impl Shared {
     /// handle is made and dropped before it goes, so that the count never
     /// exceeds such handles and the breaker at worst reads as held.
     pub(crate) fn note_internal_handle(&self, taken: bool) {
-        let count = &self.counters.0.internal_handles;
+        let count = &self.counters.internal_handles;
         if taken {
             count.fetch_add(1, Ordering::AcqRel);
         } else {
@@ -92,7 +92,7 @@ impl Shared {
     /// Whether its registry has evicted it.
     #[inline]
     pub(crate) fn is_retired(&self) -> bool {
-        self.hot.0.retired.load(Ordering::Acquire)
+        self.hot.retired.load(Ordering::Acquire)
     }
 }
 

@@ -23,8 +23,8 @@ impl Shared {
 
     pub(crate) fn snapshot(&self) -> Snapshot {
         let (calls, rejected) = self.clones.totals();
-        let calls = calls + self.counters.0.calls.load(Ordering::Relaxed);
-        let rejected = rejected + self.counters.0.rejected.load(Ordering::Relaxed);
+        let calls = calls + self.counters.calls.load(Ordering::Relaxed);
+        let rejected = rejected + self.counters.rejected.load(Ordering::Relaxed);
         let mut book = self.lock();
         let w = self.load();
         let now = self.now_ms();
@@ -41,7 +41,7 @@ impl Shared {
         };
         let policy = book.policy.figures(now);
         self.arm_tally(&mut book, w, now);
-        let c = &self.counters.0;
+        let c = &self.counters;
         Snapshot {
             name: Arc::clone(self.name()),
             state,
@@ -53,7 +53,7 @@ impl Shared {
             failed_probe_rounds: book.attempt,
             last_trip: book.last_trip.clone(),
             policy,
-            shadow: self.hot.0.shadow.load(Ordering::Relaxed),
+            shadow: self.hot.shadow.load(Ordering::Relaxed),
             counts: Counts {
                 calls,
                 rejected,

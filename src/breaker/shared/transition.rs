@@ -41,7 +41,7 @@ impl Shared {
         self.book_open_period(&mut book, since_ms, next.open_until_ms());
         book.hint_until_ms = None;
         self.forget_probes(&mut book);
-        self.counters.0.opened.fetch_add(1, Ordering::Relaxed);
+        self.counters.opened.fetch_add(1, Ordering::Relaxed);
         let retry_after = retry_after_at(next, self.now_ms()).unwrap_or_default();
         self.announce(
             book,
@@ -148,7 +148,7 @@ impl Shared {
             generation: to.generation(),
             reason,
             retry_after,
-            shadow: self.hot.0.shadow.load(Ordering::Relaxed),
+            shadow: self.hot.shadow.load(Ordering::Relaxed),
         }
     }
 }
