@@ -8,5 +8,7 @@
 //! key probes at a time, and the request path still reads only local memory.
 
 #[cfg(feature = "redis")]
+mod fleet;
+#[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;

@@ -25,11 +25,11 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::{timeout, Instant};
 
 use super::keys::{self, Keys};
-use super::link::{Queue, Write};
-use super::script::{invocation, script, Args, Op, Reply};
+use super::script::{invocation, script};
 use super::{Inner, StoreError, StoreEvent};
 use crate::breaker::shared::Shared;
 use crate::millis::millis;
+use crate::store::fleet::{Args, Entry, Op, Queue, Reply, Write};
 
 /// A breaker to share, sent by [`RedisStore::attach`](super::RedisStore::attach).
 pub(crate) struct Attached {
@@ -241,38 +241,6 @@ async fn subscriber(
     }
 }
 
-struct Entry {
-    keys: Keys,
-    breakers: Vec<Weak<Shared>>,
-    /// When to try the probe lock next.
-    next_probe: Option<Instant>,
-    /// The fleet generation whose probe lock this instance holds.
-    won: Option<u64>,
-}
-
-impl Entry {
-    /// Forgets breakers that are gone; whether any is left.
-    fn prune(&mut self) -> bool {
-        self.breakers.retain(|b| b.strong_count() > 0);
-        !self.breakers.is_empty()
-    }
-
-    fn live(&mut self) -> Vec<Arc<Shared>> {
-        self.prune();
-        self.breakers.iter().filter_map(Weak::upgrade).collect()
-    }
-
-    /// The fleet closed (generation `generation` if known, with `failures`
-    /// counted since): nothing to probe, every breaker told.
-    fn close(&mut self, breakers: &[Arc<Shared>], generation: Option<u64>, failures: u64) {
-        self.next_probe = None;
-        self.won = None;
-        for breaker in breakers {
-            breaker.fleet_closed(generation, failures);
-        }
-    }
-}
-
 pub(crate) struct Task {
     backend: Backend,
     conn: Option<Conn>,
@@ -283,7 +251,7 @@ pub(crate) struct Task {
     timing: Timing,
     names: Names,
     events: broadcast::Sender<StoreEvent>,
-    entries: HashMap<Arc<str>, Entry>,
+    entries: HashMap<Arc<str>, Entry<Keys>>,
     /// Keys attached since the last read of their state.
     fresh: Vec<Arc<str>>,
     /// Whether Redis counts as available; `None` before the first exchange.
@@ -378,12 +346,7 @@ impl Task {
         let entry = self
             .entries
             .entry(Arc::clone(&attached.escaped))
-            .or_insert_with(|| Entry {
-                keys: Keys::new(prefix, &attached.escaped),
-                breakers: Vec::new(),
-                next_probe: None,
-                won: None,
-            });
+            .or_insert_with(|| Entry::new(Keys::new(prefix, &attached.escaped)));
         entry.breakers.push(attached.breaker);
         self.fresh.push(attached.escaped);
     }
@@ -574,7 +537,7 @@ impl Task {
             .map(|(name, e)| {
                 e.next_probe = None;
                 Write {
-                    escaped: Arc::clone(name),
+                    key: Arc::clone(name),
                     op: Op::Probe,
                     args: Args {
                         lease_ms,
@@ -603,9 +566,9 @@ impl Task {
         // its key is attached.
         let keyed: Vec<(Cow<'_, Keys>, &Write)> = batch
             .iter()
-            .map(|w| match self.entries.get(&w.escaped) {
+            .map(|w| match self.entries.get(&w.key) {
                 Some(entry) => (Cow::Borrowed(&entry.keys), w),
-                None => (Cow::Owned(Keys::new(&self.names.prefix, &w.escaped)), w),
+                None => (Cow::Owned(Keys::new(&self.names.prefix, &w.key)), w),
             })
             .collect();
         let (channel, instance, script) = (
@@ -615,7 +578,7 @@ impl Task {
         );
         let futures = keyed.iter().map(|(keys, w)| {
             let mut conn = conn.clone();
-            let call = invocation(script, keys, w.op, (channel, &w.escaped, instance), &w.args);
+            let call = invocation(script, keys, w.op, (channel, &w.key, instance), &w.args);
             async move { conn.invoke(&call).await }
         });
         let replies = match timeout(self.timing.command_timeout, join_all(futures)).await {
@@ -628,7 +591,7 @@ impl Task {
         let replies = replies
             .into_iter()
             .map(|r| r.and_then(|v| Reply::parse(&v).ok_or_else(|| garbage(&format!("{v:?}")))));
-        let names = batch.iter().map(|w| Arc::clone(&w.escaped));
+        let names = batch.iter().map(|w| Arc::clone(&w.key));
         let parsed = match self.sort_replies(names.zip(replies)) {
             Ok(parsed) => parsed,
             Err(e) => {
@@ -703,93 +666,15 @@ impl Task {
 
     /// Brings the local breakers of `escaped` in line with `reply`.
     fn apply(&mut self, escaped: &str, reply: Reply) {
-        let hold_ms = millis(self.timing.hold);
-        let lease = self.timing.lease;
         let Some(entry) = self.entries.get_mut(escaped) else {
             return;
         };
-        let won_before = entry.won;
-        let now = Instant::now();
-        let breakers = entry.live();
-        match reply {
-            Reply::Closed { failures } => entry.close(&breakers, None, failures),
-            Reply::Open {
-                generation,
-                left_ms,
-                attempt,
-            } => {
-                let follows = follow(&breakers, |b| {
-                    b.fleet_open(generation, left_ms, attempt, hold_ms, false)
-                });
-                if !follows {
-                    // Nothing here waits for a probe (closed here already,
-                    // or held by an operator): the refresh keeps watching.
-                    entry.won = None;
-                    entry.next_probe = None;
-                } else if !(left_ms == 0
-                    && entry.won == Some(generation)
-                    && entry.next_probe.is_some())
-                {
-                    // Unless this instance holds the lock of this round
-                    // (its lease renewal decides when to look again), try
-                    // the lock when the period ends. A holder whose renewal
-                    // went unanswered (Redis stalled, or was down) has none
-                    // scheduled, and may have lost the lock meanwhile: it
-                    // races for it again.
-                    entry.won = None;
-                    entry.next_probe = Some(now + retry_in(left_ms));
-                }
-            }
-            Reply::ProbeWon {
-                generation,
-                attempt,
-            } => {
-                entry.won = Some(generation);
-                entry.next_probe = Some(now + lease);
-                for breaker in &breakers {
-                    breaker.fleet_probe_won(generation, attempt);
-                }
-                if won_before != Some(generation) {
-                    if let Some(inner) = self.inner.upgrade() {
-                        inner.stats.probe_locks_won.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            Reply::ProbeHeld {
-                generation,
-                lease_ms: 0,
-                ..
-            } if won_before == Some(generation) => {
-                // This instance's own lease ran out and was given up: race
-                // for the lock again at once, staying half-open meanwhile.
-                entry.won = None;
-                entry.next_probe = Some(now);
-            }
-            Reply::ProbeHeld {
-                generation,
-                lease_ms,
-                attempt,
-            } => {
-                let follows = follow(&breakers, |b| {
-                    b.fleet_open(generation, lease_ms, attempt, hold_ms, true)
-                });
-                entry.won = None;
-                entry.next_probe = follows.then(|| now + retry_in(lease_ms));
+        if entry.apply(reply, self.timing.hold, self.timing.lease) {
+            if let Some(inner) = self.inner.upgrade() {
+                inner.stats.probe_locks_won.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
-}
-
-/// Tells every breaker with `open`; whether any of them follows the
-/// fleet's opening (each is told, whatever the others said).
-fn follow(breakers: &[Arc<Shared>], open: impl Fn(&Shared) -> bool) -> bool {
-    breakers.iter().fold(false, |follows, b| open(b) | follows)
-}
-
-/// When to try the probe lock again, `ms` from now: never at once, so that
-/// no state in Redis can make the task spin.
-fn retry_in(ms: u64) -> Duration {
-    Duration::from_millis(ms).max(Duration::from_millis(10))
 }
 
 /// Whether `error` is about one key's data rather than about Redis.
