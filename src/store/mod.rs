@@ -7,8 +7,8 @@
 //! ([`redis`]): every instance adds to one failure count, one instance per
 //! key probes at a time, and the request path still reads only local memory.
 
-#[cfg(feature = "redis")]
 mod fleet;
+pub mod memory;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;

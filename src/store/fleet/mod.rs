@@ -21,13 +21,13 @@
 //!
 //! What reaches the backend comes from [`Link`] (queued on the request
 //! path, never waiting); what comes back goes to the breakers through
-//! [`Entry::apply`].
+//! [`LocalBreakers::apply`].
 
-mod entry;
 mod link;
+mod local;
 
-pub(crate) use entry::Entry;
 pub(crate) use link::{Link, LinkSettings, Queue, Write};
+pub(crate) use local::LocalBreakers;
 
 /// One operation of the fleet's state machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -29,7 +29,7 @@ use super::script::{invocation, script};
 use super::{Inner, StoreError, StoreEvent};
 use crate::breaker::shared::Shared;
 use crate::millis::millis;
-use crate::store::fleet::{Args, Entry, Op, Queue, Reply, Write};
+use crate::store::fleet::{Args, LocalBreakers, Op, Queue, Reply, Write};
 
 /// A breaker to share, sent by [`RedisStore::attach`](super::RedisStore::attach).
 pub(crate) struct Attached {
@@ -241,6 +241,13 @@ async fn subscriber(
     }
 }
 
+/// An attached key: its Redis key names, made once, and its local
+/// breakers.
+struct Entry {
+    keys: Keys,
+    local: LocalBreakers,
+}
+
 pub(crate) struct Task {
     backend: Backend,
     conn: Option<Conn>,
@@ -251,7 +258,7 @@ pub(crate) struct Task {
     timing: Timing,
     names: Names,
     events: broadcast::Sender<StoreEvent>,
-    entries: HashMap<Arc<str>, Entry<Keys>>,
+    entries: HashMap<Arc<str>, Entry>,
     /// Keys attached since the last read of their state.
     fresh: Vec<Arc<str>>,
     /// Whether Redis counts as available; `None` before the first exchange.
@@ -305,7 +312,7 @@ impl Task {
             let wake = self
                 .entries
                 .values()
-                .filter_map(|e| e.next_probe)
+                .filter_map(|e| e.local.next_probe)
                 .fold(next_refresh, Instant::min);
             tokio::select! {
                 attached = self.attached.recv() => match attached {
@@ -346,8 +353,11 @@ impl Task {
         let entry = self
             .entries
             .entry(Arc::clone(&attached.escaped))
-            .or_insert_with(|| Entry::new(Keys::new(prefix, &attached.escaped)));
-        entry.breakers.push(attached.breaker);
+            .or_insert_with(|| Entry {
+                keys: Keys::new(prefix, &attached.escaped),
+                local: LocalBreakers::default(),
+            });
+        entry.local.breakers.push(attached.breaker);
         self.fresh.push(attached.escaped);
     }
 
@@ -447,7 +457,7 @@ impl Task {
     /// once; with no key, checks that Redis answers.
     async fn refresh(&mut self) {
         self.fresh.clear();
-        self.entries.retain(|_, e| e.prune());
+        self.entries.retain(|_, e| e.local.prune());
         if self.entries.is_empty() {
             let mut conn = match self.conn().await {
                 Ok(conn) => conn,
@@ -524,7 +534,7 @@ impl Task {
         if self.is_down() {
             // The holds run out by themselves; local breakers probe.
             for entry in self.entries.values_mut() {
-                entry.next_probe = None;
+                entry.local.next_probe = None;
             }
             return;
         }
@@ -533,9 +543,9 @@ impl Task {
         let batch: Vec<Write> = self
             .entries
             .iter_mut()
-            .filter(|(_, e)| e.next_probe.is_some_and(|at| at <= now))
+            .filter(|(_, e)| e.local.next_probe.is_some_and(|at| at <= now))
             .map(|(name, e)| {
-                e.next_probe = None;
+                e.local.next_probe = None;
                 Write {
                     key: Arc::clone(name),
                     op: Op::Probe,
@@ -656,8 +666,8 @@ impl Task {
                 generation,
             } => {
                 if let Some(entry) = self.entries.get_mut(escaped.as_str()) {
-                    let breakers = entry.live();
-                    entry.close(&breakers, Some(generation), 0);
+                    let breakers = entry.local.live();
+                    entry.local.close(&breakers, Some(generation), 0);
                 }
             }
         }
@@ -669,7 +679,10 @@ impl Task {
         let Some(entry) = self.entries.get_mut(escaped) else {
             return;
         };
-        if entry.apply(reply, self.timing.hold, self.timing.lease) {
+        if entry
+            .local
+            .apply(reply, self.timing.hold, self.timing.lease)
+        {
             if let Some(inner) = self.inner.upgrade() {
                 inner.stats.probe_locks_won.fetch_add(1, Ordering::Relaxed);
             }

@@ -13,10 +13,8 @@ use crate::millis::millis;
 
 /// The local breakers of one name, and this instance's turn at its probe
 /// lock.
-pub(crate) struct Entry<K> {
-    /// The backend's own names for this breaker's fleet state (Redis: its
-    /// keys).
-    pub(crate) keys: K,
+#[derive(Default)]
+pub(crate) struct LocalBreakers {
     pub(crate) breakers: Vec<Weak<Shared>>,
     /// When to try the probe lock next.
     pub(crate) next_probe: Option<Instant>,
@@ -24,17 +22,7 @@ pub(crate) struct Entry<K> {
     pub(crate) won: Option<u64>,
 }
 
-impl<K> Entry<K> {
-    /// An entry with no breaker yet.
-    pub(crate) fn new(keys: K) -> Self {
-        Entry {
-            keys,
-            breakers: Vec::new(),
-            next_probe: None,
-            won: None,
-        }
-    }
-
+impl LocalBreakers {
     /// Forgets breakers that are gone; whether any is left.
     pub(crate) fn prune(&mut self) -> bool {
         self.breakers.retain(|b| b.strong_count() > 0);
