@@ -56,6 +56,11 @@ impl Task {
     pub(crate) async fn run(mut self) {
         loop {
             let (news, writes) = self.wake().await;
+            if self.inner.strong_count() == 0 {
+                // Every handle of this instance is gone: what its breakers
+                // still queue is nobody's to carry out.
+                return;
+            }
             match news {
                 // Every handle of this instance is gone.
                 Some(None) => return,
