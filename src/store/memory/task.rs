@@ -62,7 +62,7 @@ impl Task {
                 return;
             }
             match news {
-                // Every handle of this instance is gone.
+                // The inbox closes with the last handle: seen above.
                 Some(None) => return,
                 Some(Some(news)) => {
                     self.take(news);
