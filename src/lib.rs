@@ -171,7 +171,9 @@
 //! By default a breaker's state lives in the process. With the `redis`
 //! feature, several instances share one breaker per name through Redis
 //! ([`store::redis`]): one failure count, one open record, one prober per
-//! key, while admission still reads only local memory:
+//! key, while admission still reads only local memory. [`store::memory`]
+//! shares it the same way between instances in one process, on tokio's
+//! clock: a fleet to test on paused time, without Redis.
 //!
 //! ```no_run
 //! # #[cfg(feature = "redis")]

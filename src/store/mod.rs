@@ -2,11 +2,20 @@
 //!
 //! By default a breaker's state is in-process memory: one atomic word and a
 //! small book behind a mutex, shared by the clones of one layer (and by the
-//! breakers of one [`Registry`](crate::registry::Registry)). With the
-//! `redis` feature, a fleet of instances shares state through Redis
-//! ([`redis`]): every instance adds to one failure count, one instance per
-//! key probes at a time, and the request path still reads only local memory.
+//! breakers of one [`Registry`](crate::registry::Registry)). A fleet of
+//! instances shares state through a fleet backend: every instance adds to
+//! one failure count, one instance per key probes at a time, and the
+//! request path still reads only local memory. Two backends implement the
+//! core's fleet port, with the same semantics:
+//!
+//! * [`redis`] (feature `redis`): instances in separate processes share
+//!   state through Redis or Redis Cluster;
+//! * [`memory`]: instances in one process share state in memory, on
+//!   tokio's clock, so a whole fleet can be tested on paused time, without
+//!   Redis.
 
+mod fleet;
+pub mod memory;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;

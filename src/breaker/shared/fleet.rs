@@ -22,7 +22,6 @@ use crate::sync::MutexGuard;
 
 /// What a breaker knows of the fleet.
 #[derive(Debug, Default)]
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) struct FleetBook {
     /// The fleet generation of the opening this breaker follows; 0 when
     /// closed, or open on its own evidence not yet acknowledged.
@@ -35,7 +34,6 @@ pub(crate) struct FleetBook {
     pub(crate) since_ms: u64,
 }
 
-#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 impl Shared {
     /// Reports to `link` from now on; false if it already reports to one.
     pub(crate) fn attach_link(&self, link: Box<dyn FleetLink>) -> bool {

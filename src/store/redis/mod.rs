@@ -117,7 +117,6 @@
 //! [`Breaker::force_open`]: crate::Breaker::force_open
 
 mod keys;
-mod link;
 mod script;
 mod task;
 
@@ -130,10 +129,8 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::error::ConfigError;
+use crate::store::fleet::{Link, LinkSettings, Queue};
 use crate::Breaker;
-
-pub(crate) use link::Link;
-use link::{LinkSettings, Queue};
 
 /// Breaker state shared by a fleet through Redis. Cheap to clone; the
 /// background task stops when the last clone is dropped.
@@ -333,7 +330,7 @@ impl RedisStore {
     pub fn attach(&self, breaker: &Breaker) -> bool {
         let escaped: Arc<str> = Arc::from(keys::escape(breaker.name()));
         let link = Link {
-            escaped: Arc::clone(&escaped),
+            key: Arc::clone(&escaped),
             queue: Arc::clone(&self.inner.queue),
             settings: Arc::clone(&self.inner.settings),
         };

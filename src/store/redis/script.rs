@@ -20,6 +20,7 @@
 use redis::{Script, ScriptInvocation};
 
 use super::keys::Keys;
+use crate::store::fleet::{Args, Op, Reply};
 
 const LUA: &str = r#"
 local op = ARGV[1]
@@ -112,23 +113,8 @@ pub(crate) fn script() -> Script {
     Script::new(LUA)
 }
 
-/// What one call of the script asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// Count a failure; open at `threshold` failures.
-    Fail,
-    /// Forget the failure count (a success), unless open.
-    Reset,
-    /// Write an opening, unless another instance's opening is newer.
-    Open,
-    /// Take the probe lock once the open period has ended; give it up when
-    /// the caller's own lease ran out.
-    Probe,
-    /// Count a probe's success; close at `successes` once `min_open` passed.
-    ProbeOk,
-}
-
 impl Op {
+    /// The operation's name in the script.
     fn name(self) -> &'static str {
         match self {
             Op::Fail => "fail",
@@ -138,20 +124,6 @@ impl Op {
             Op::ProbeOk => "probe_ok",
         }
     }
-}
-
-/// The arguments of one call, in the script's `ARGV` order.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Args {
-    pub(crate) open_ms: u64,
-    pub(crate) min_open_ms: u64,
-    pub(crate) keep_ms: u64,
-    pub(crate) attempt: u32,
-    pub(crate) known_generation: u64,
-    pub(crate) threshold: u32,
-    pub(crate) window_ms: u64,
-    pub(crate) lease_ms: u64,
-    pub(crate) successes: u32,
 }
 
 /// One call of the script (`EVALSHA`, loading it first when Redis has
@@ -186,27 +158,6 @@ pub(crate) fn invocation<'a>(
 
 /// The script's answer, checked: anything else is garbage, and a Redis
 /// that answers garbage is treated as down.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Reply {
-    Closed {
-        failures: u64,
-    },
-    Open {
-        generation: u64,
-        left_ms: u64,
-        attempt: u32,
-    },
-    ProbeWon {
-        generation: u64,
-        attempt: u32,
-    },
-    ProbeHeld {
-        generation: u64,
-        lease_ms: u64,
-        attempt: u32,
-    },
-}
-
 impl Reply {
     pub(crate) fn parse(value: &redis::Value) -> Option<Reply> {
         let redis::Value::Array(items) = value else {

@@ -25,11 +25,11 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::{timeout, Instant};
 
 use super::keys::{self, Keys};
-use super::link::{Queue, Write};
-use super::script::{invocation, script, Args, Op, Reply};
+use super::script::{invocation, script};
 use super::{Inner, StoreError, StoreEvent};
 use crate::breaker::shared::Shared;
 use crate::millis::millis;
+use crate::store::fleet::{Args, LocalBreakers, Op, Queue, Reply, Write};
 
 /// A breaker to share, sent by [`RedisStore::attach`](super::RedisStore::attach).
 pub(crate) struct Attached {
@@ -241,36 +241,11 @@ async fn subscriber(
     }
 }
 
+/// An attached key: its Redis key names, made once, and its local
+/// breakers.
 struct Entry {
     keys: Keys,
-    breakers: Vec<Weak<Shared>>,
-    /// When to try the probe lock next.
-    next_probe: Option<Instant>,
-    /// The fleet generation whose probe lock this instance holds.
-    won: Option<u64>,
-}
-
-impl Entry {
-    /// Forgets breakers that are gone; whether any is left.
-    fn prune(&mut self) -> bool {
-        self.breakers.retain(|b| b.strong_count() > 0);
-        !self.breakers.is_empty()
-    }
-
-    fn live(&mut self) -> Vec<Arc<Shared>> {
-        self.prune();
-        self.breakers.iter().filter_map(Weak::upgrade).collect()
-    }
-
-    /// The fleet closed (generation `generation` if known, with `failures`
-    /// counted since): nothing to probe, every breaker told.
-    fn close(&mut self, breakers: &[Arc<Shared>], generation: Option<u64>, failures: u64) {
-        self.next_probe = None;
-        self.won = None;
-        for breaker in breakers {
-            breaker.fleet_closed(generation, failures);
-        }
-    }
+    local: LocalBreakers,
 }
 
 pub(crate) struct Task {
@@ -337,7 +312,7 @@ impl Task {
             let wake = self
                 .entries
                 .values()
-                .filter_map(|e| e.next_probe)
+                .filter_map(|e| e.local.next_probe)
                 .fold(next_refresh, Instant::min);
             tokio::select! {
                 attached = self.attached.recv() => match attached {
@@ -380,11 +355,9 @@ impl Task {
             .entry(Arc::clone(&attached.escaped))
             .or_insert_with(|| Entry {
                 keys: Keys::new(prefix, &attached.escaped),
-                breakers: Vec::new(),
-                next_probe: None,
-                won: None,
+                local: LocalBreakers::default(),
             });
-        entry.breakers.push(attached.breaker);
+        entry.local.breakers.push(attached.breaker);
         self.fresh.push(attached.escaped);
     }
 
@@ -484,7 +457,7 @@ impl Task {
     /// once; with no key, checks that Redis answers.
     async fn refresh(&mut self) {
         self.fresh.clear();
-        self.entries.retain(|_, e| e.prune());
+        self.entries.retain(|_, e| e.local.prune());
         if self.entries.is_empty() {
             let mut conn = match self.conn().await {
                 Ok(conn) => conn,
@@ -561,7 +534,7 @@ impl Task {
         if self.is_down() {
             // The holds run out by themselves; local breakers probe.
             for entry in self.entries.values_mut() {
-                entry.next_probe = None;
+                entry.local.next_probe = None;
             }
             return;
         }
@@ -570,11 +543,11 @@ impl Task {
         let batch: Vec<Write> = self
             .entries
             .iter_mut()
-            .filter(|(_, e)| e.next_probe.is_some_and(|at| at <= now))
+            .filter(|(_, e)| e.local.next_probe.is_some_and(|at| at <= now))
             .map(|(name, e)| {
-                e.next_probe = None;
+                e.local.next_probe = None;
                 Write {
-                    escaped: Arc::clone(name),
+                    key: Arc::clone(name),
                     op: Op::Probe,
                     args: Args {
                         lease_ms,
@@ -603,9 +576,9 @@ impl Task {
         // its key is attached.
         let keyed: Vec<(Cow<'_, Keys>, &Write)> = batch
             .iter()
-            .map(|w| match self.entries.get(&w.escaped) {
+            .map(|w| match self.entries.get(&w.key) {
                 Some(entry) => (Cow::Borrowed(&entry.keys), w),
-                None => (Cow::Owned(Keys::new(&self.names.prefix, &w.escaped)), w),
+                None => (Cow::Owned(Keys::new(&self.names.prefix, &w.key)), w),
             })
             .collect();
         let (channel, instance, script) = (
@@ -615,7 +588,7 @@ impl Task {
         );
         let futures = keyed.iter().map(|(keys, w)| {
             let mut conn = conn.clone();
-            let call = invocation(script, keys, w.op, (channel, &w.escaped, instance), &w.args);
+            let call = invocation(script, keys, w.op, (channel, &w.key, instance), &w.args);
             async move { conn.invoke(&call).await }
         });
         let replies = match timeout(self.timing.command_timeout, join_all(futures)).await {
@@ -628,7 +601,7 @@ impl Task {
         let replies = replies
             .into_iter()
             .map(|r| r.and_then(|v| Reply::parse(&v).ok_or_else(|| garbage(&format!("{v:?}")))));
-        let names = batch.iter().map(|w| Arc::clone(&w.escaped));
+        let names = batch.iter().map(|w| Arc::clone(&w.key));
         let parsed = match self.sort_replies(names.zip(replies)) {
             Ok(parsed) => parsed,
             Err(e) => {
@@ -693,8 +666,8 @@ impl Task {
                 generation,
             } => {
                 if let Some(entry) = self.entries.get_mut(escaped.as_str()) {
-                    let breakers = entry.live();
-                    entry.close(&breakers, Some(generation), 0);
+                    let breakers = entry.local.live();
+                    entry.local.close(&breakers, Some(generation), 0);
                 }
             }
         }
@@ -703,93 +676,18 @@ impl Task {
 
     /// Brings the local breakers of `escaped` in line with `reply`.
     fn apply(&mut self, escaped: &str, reply: Reply) {
-        let hold_ms = millis(self.timing.hold);
-        let lease = self.timing.lease;
         let Some(entry) = self.entries.get_mut(escaped) else {
             return;
         };
-        let won_before = entry.won;
-        let now = Instant::now();
-        let breakers = entry.live();
-        match reply {
-            Reply::Closed { failures } => entry.close(&breakers, None, failures),
-            Reply::Open {
-                generation,
-                left_ms,
-                attempt,
-            } => {
-                let follows = follow(&breakers, |b| {
-                    b.fleet_open(generation, left_ms, attempt, hold_ms, false)
-                });
-                if !follows {
-                    // Nothing here waits for a probe (closed here already,
-                    // or held by an operator): the refresh keeps watching.
-                    entry.won = None;
-                    entry.next_probe = None;
-                } else if !(left_ms == 0
-                    && entry.won == Some(generation)
-                    && entry.next_probe.is_some())
-                {
-                    // Unless this instance holds the lock of this round
-                    // (its lease renewal decides when to look again), try
-                    // the lock when the period ends. A holder whose renewal
-                    // went unanswered (Redis stalled, or was down) has none
-                    // scheduled, and may have lost the lock meanwhile: it
-                    // races for it again.
-                    entry.won = None;
-                    entry.next_probe = Some(now + retry_in(left_ms));
-                }
-            }
-            Reply::ProbeWon {
-                generation,
-                attempt,
-            } => {
-                entry.won = Some(generation);
-                entry.next_probe = Some(now + lease);
-                for breaker in &breakers {
-                    breaker.fleet_probe_won(generation, attempt);
-                }
-                if won_before != Some(generation) {
-                    if let Some(inner) = self.inner.upgrade() {
-                        inner.stats.probe_locks_won.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            Reply::ProbeHeld {
-                generation,
-                lease_ms: 0,
-                ..
-            } if won_before == Some(generation) => {
-                // This instance's own lease ran out and was given up: race
-                // for the lock again at once, staying half-open meanwhile.
-                entry.won = None;
-                entry.next_probe = Some(now);
-            }
-            Reply::ProbeHeld {
-                generation,
-                lease_ms,
-                attempt,
-            } => {
-                let follows = follow(&breakers, |b| {
-                    b.fleet_open(generation, lease_ms, attempt, hold_ms, true)
-                });
-                entry.won = None;
-                entry.next_probe = follows.then(|| now + retry_in(lease_ms));
+        if entry
+            .local
+            .apply(reply, self.timing.hold, self.timing.lease)
+        {
+            if let Some(inner) = self.inner.upgrade() {
+                inner.stats.probe_locks_won.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
-}
-
-/// Tells every breaker with `open`; whether any of them follows the
-/// fleet's opening (each is told, whatever the others said).
-fn follow(breakers: &[Arc<Shared>], open: impl Fn(&Shared) -> bool) -> bool {
-    breakers.iter().fold(false, |follows, b| open(b) | follows)
-}
-
-/// When to try the probe lock again, `ms` from now: never at once, so that
-/// no state in Redis can make the task spin.
-fn retry_in(ms: u64) -> Duration {
-    Duration::from_millis(ms).max(Duration::from_millis(10))
 }
 
 /// Whether `error` is about one key's data rather than about Redis.

@@ -1,5 +1,6 @@
-//! What a breaker holds of the store: a bounded queue of writes to Redis,
-//! filled on the request path without waiting, drained by the store's task.
+//! What a breaker holds of its fleet backend: a bounded queue of writes,
+//! filled on the request path without waiting, drained by the backend's
+//! task.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,23 +11,23 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::script::{Args, Op};
+use super::{Args, Op};
 use crate::breaker::fleet::FleetLink;
 use crate::config::Config;
 use crate::policy::TripPolicy;
 
-/// One change to write to Redis.
+/// One change to write to the fleet.
 #[derive(Clone, Debug)]
 pub(crate) struct Write {
-    /// The breaker's escaped name.
-    pub(crate) escaped: Arc<str>,
+    /// The breaker's key in the fleet: its name (escaped, for Redis).
+    pub(crate) key: Arc<str>,
     pub(crate) op: Op,
     pub(crate) args: Args,
 }
 
-/// Writes waiting for the store's task. Full, it drops the oldest: a
-/// request never waits for Redis, and recent outcomes matter more than old
-/// ones.
+/// Writes waiting for the backend's task. Full, it drops the oldest: a
+/// request never waits for the fleet, and recent outcomes matter more than
+/// old ones.
 #[derive(Debug)]
 pub(crate) struct Queue {
     items: Mutex<VecDeque<Write>>,
@@ -78,7 +79,8 @@ pub(crate) struct LinkSettings {
 /// A breaker's link to its store.
 #[derive(Debug)]
 pub(crate) struct Link {
-    pub(crate) escaped: Arc<str>,
+    /// The breaker's key in the fleet: its name (escaped, for Redis).
+    pub(crate) key: Arc<str>,
     pub(crate) queue: Arc<Queue>,
     pub(crate) settings: Arc<LinkSettings>,
 }
@@ -96,7 +98,7 @@ fn consecutive_threshold(policy: &TripPolicy) -> Option<u32> {
 impl Link {
     fn push(&self, op: Op, args: Args) {
         self.queue.push(Write {
-            escaped: Arc::clone(&self.escaped),
+            key: Arc::clone(&self.key),
             op,
             args,
         });
@@ -125,8 +127,8 @@ impl Link {
     }
 }
 
-/// Each change becomes a write queued for the store's task, which runs the
-/// script with it; a full queue drops the oldest write.
+/// Each change becomes a write queued for the store's task, which carries
+/// it out on the fleet's state; a full queue drops the oldest write.
 impl FleetLink for Link {
     /// Counted fleet-wide when a threshold applies: the store's
     /// `failures_to_open`, or the policy's consecutive-failures threshold.
@@ -167,7 +169,7 @@ mod tests {
         let queue = Queue::new(4);
         for attempt in 0..10 {
             queue.push(Write {
-                escaped: Arc::from("llm"),
+                key: Arc::from("llm"),
                 op: Op::Fail,
                 args: Args {
                     attempt,
