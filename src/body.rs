@@ -12,6 +12,14 @@
 //! * when the body is dropped before its end (the caller walked away):
 //!   ignored, counting neither way.
 //!
+//! A body has ended when its inner body returns `None` or its trailers, and
+//! also as soon as the inner body reports
+//! [`is_end_stream`](http_body::Body::is_end_stream): hyper's servers
+//! (HTTP/1 and HTTP/2, and so axum's and tonic's) stop reading a body they
+//! send there, and drop it without asking for its `None`. A gateway that
+//! streams an upstream's answer to its own client therefore counts each
+//! call as the end of its stream says, never as ignored.
+//!
 //! A half-open probe keeps its permit until then, so a stream that dies
 //! halfway can never count as a successful probe.
 
@@ -27,7 +35,7 @@ use tower_service::Service;
 use tower_layer::Layer;
 
 use crate::breaker::Breaker;
-use crate::classify::{Classified, ClassifyEos, ClassifyResponse};
+use crate::classify::{Classified, ClassifyEos, ClassifyResponse, Verdict};
 use crate::error::CircuitOpen;
 use crate::future::{Judgement, Obligation, ResponseFuture};
 use crate::layer::CircuitBreakerLayer;
@@ -35,10 +43,29 @@ use crate::service::{CircuitBreaker, Readiness};
 
 pin_project! {
     /// A response body that records its call's outcome when it ends.
+    ///
+    /// It has ended when its inner body returns `None` or its trailers, or
+    /// reports [`is_end_stream`](Body::is_end_stream) (hyper's servers stop
+    /// reading there, and drop the body without asking for the `None`):
+    /// checked after each frame it returns, when it is made, and when it
+    /// is dropped. Whichever comes first records, once.
     pub struct BreakerBody<B, Eos> {
         #[pin]
         inner: B,
         pending: Option<(Eos, Obligation)>,
+        // `settle_if_ended::<B, Eos>`, kept here because `Drop` cannot ask
+        // for `B: Body`, which it needs to tell an ended body from one
+        // abandoned midway.
+        on_drop: fn(&B, &mut Option<(Eos, Obligation)>),
+    }
+
+    impl<B, Eos> PinnedDrop for BreakerBody<B, Eos> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if this.pending.is_some() {
+                (*this.on_drop)(this.inner.as_ref().get_ref(), this.pending);
+            }
+        }
     }
 }
 
@@ -54,16 +81,33 @@ impl<B, Eos> BreakerBody<B, Eos> {
     }
 }
 
+/// Records the end-of-stream verdict if `inner` reports its end; left
+/// pending otherwise (dropped, the obligation counts the call as ignored).
+fn settle_if_ended<B: Body, Eos: ClassifyEos>(inner: &B, pending: &mut Option<(Eos, Obligation)>) {
+    if pending.is_some() && inner.is_end_stream() {
+        settle(pending, |eos| eos.classify_eos(None));
+    }
+}
+
+/// Records the verdict `judge` gives, once.
+fn settle<Eos: ClassifyEos>(
+    pending: &mut Option<(Eos, Obligation)>,
+    judge: impl FnOnce(Eos) -> Verdict,
+) {
+    if let Some((eos, obligation)) = pending.take() {
+        obligation.settle(judge(eos));
+    }
+}
+
 impl<B: Body, Eos: ClassifyEos> BreakerBody<B, Eos> {
-    fn new(inner: B, pending: Option<(Eos, Obligation)>) -> Self {
-        let mut body = BreakerBody { inner, pending };
+    fn new(inner: B, mut pending: Option<(Eos, Obligation)>) -> Self {
         // An empty body may never be polled: it has ended already.
-        if body.inner.is_end_stream() {
-            if let Some((eos, obligation)) = body.pending.take() {
-                obligation.settle(eos.classify_eos(None));
-            }
+        settle_if_ended(&inner, &mut pending);
+        BreakerBody {
+            inner,
+            pending,
+            on_drop: settle_if_ended::<B, Eos>,
         }
-        body
     }
 }
 
@@ -75,29 +119,21 @@ impl<B: Body, Eos: ClassifyEos> Body for BreakerBody<B, Eos> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let this = self.project();
-        let frame = match this.inner.poll_frame(cx) {
+        let mut this = self.project();
+        let frame = match this.inner.as_mut().poll_frame(cx) {
             Poll::Pending => return Poll::Pending,
             Poll::Ready(frame) => frame,
         };
         match &frame {
-            Some(Ok(frame)) => {
-                if let Some(trailers) = frame.trailers_ref() {
-                    if let Some((eos, obligation)) = this.pending.take() {
-                        obligation.settle(eos.classify_eos(Some(trailers)));
-                    }
-                }
-            }
-            Some(Err(_)) => {
-                if let Some((eos, obligation)) = this.pending.take() {
-                    obligation.settle(eos.classify_body_error());
-                }
-            }
-            None => {
-                if let Some((eos, obligation)) = this.pending.take() {
-                    obligation.settle(eos.classify_eos(None));
-                }
-            }
+            Some(Ok(frame)) => match frame.trailers_ref() {
+                Some(trailers) => settle(this.pending, |eos| eos.classify_eos(Some(trailers))),
+                // A reader may stop at the end the body reports, without
+                // asking for the `None`: judge the call before handing
+                // the last frame over.
+                None => settle_if_ended(this.inner.as_ref().get_ref(), this.pending),
+            },
+            Some(Err(_)) => settle(this.pending, ClassifyEos::classify_body_error),
+            None => settle(this.pending, |eos| eos.classify_eos(None)),
         }
         Poll::Ready(frame)
     }
