@@ -9,6 +9,8 @@
 //! * when the body ends (all data read, trailers included): the end-of-stream
 //!   classifier decides, from the trailers;
 //! * when the body fails midway: a failure;
+//! * when the inner body or the end-of-stream classifier panics: a
+//!   failure, and the panic goes on to the reader;
 //! * when the body is dropped before its end (the caller walked away):
 //!   ignored, counting neither way.
 //!
@@ -23,7 +25,9 @@
 //! A half-open probe keeps its permit until then, so a stream that dies
 //! halfway can never count as a successful probe.
 
+use std::any::Any;
 use std::future::Future;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -35,7 +39,7 @@ use tower_service::Service;
 use tower_layer::Layer;
 
 use crate::breaker::Breaker;
-use crate::classify::{Classified, ClassifyEos, ClassifyResponse, Verdict};
+use crate::classify::{Classified, ClassifyEos, ClassifyResponse, Outcome, Verdict};
 use crate::error::CircuitOpen;
 use crate::future::{Judgement, Obligation, ResponseFuture};
 use crate::layer::CircuitBreakerLayer;
@@ -49,6 +53,11 @@ pin_project! {
     /// reading there, and drop the body without asking for the `None`):
     /// checked after each frame it returns, when it is made, and when it
     /// is dropped. Whichever comes first records, once.
+    ///
+    /// A panic in the inner body or in the end-of-stream classifier is a
+    /// failure: recorded (a probe's permit goes back), then resumed to
+    /// whoever was reading, or dropping, the body (unless it is dropped
+    /// while its thread already unwinds: a second panic would abort).
     pub struct BreakerBody<B, Eos> {
         #[pin]
         inner: B,
@@ -56,14 +65,21 @@ pin_project! {
         // `settle_if_ended::<B, Eos>`, kept here because `Drop` cannot ask
         // for `B: Body`, which it needs to tell an ended body from one
         // abandoned midway.
-        on_drop: fn(&B, &mut Option<(Eos, Obligation)>),
+        on_drop: fn(&B, &mut Option<(Eos, Obligation)>) -> Result<(), Panic>,
     }
 
     impl<B, Eos> PinnedDrop for BreakerBody<B, Eos> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            if this.pending.is_some() {
-                (*this.on_drop)(this.inner.as_ref().get_ref(), this.pending);
+            if this.pending.is_none() {
+                return;
+            }
+            if let Err(panic) = (*this.on_drop)(this.inner.as_ref().get_ref(), this.pending) {
+                // Already unwinding, a panic leaving `drop` would abort the
+                // process; the failure is recorded either way.
+                if !std::thread::panicking() {
+                    resume_unwind(panic);
+                }
             }
         }
     }
@@ -81,28 +97,62 @@ impl<B, Eos> BreakerBody<B, Eos> {
     }
 }
 
+/// A caught panic, to be resumed once the call is recorded.
+type Panic = Box<dyn Any + Send>;
+
 /// Records the end-of-stream verdict if `inner` reports its end; left
 /// pending otherwise (dropped, the obligation counts the call as ignored).
-fn settle_if_ended<B: Body, Eos: ClassifyEos>(inner: &B, pending: &mut Option<(Eos, Obligation)>) {
-    if pending.is_some() && inner.is_end_stream() {
-        settle(pending, |eos| eos.classify_eos(None));
+fn settle_if_ended<B: Body, Eos: ClassifyEos>(
+    inner: &B,
+    pending: &mut Option<(Eos, Obligation)>,
+) -> Result<(), Panic> {
+    if pending.is_none() {
+        return Ok(());
+    }
+    match catch_unwind(AssertUnwindSafe(|| inner.is_end_stream())) {
+        Ok(true) => settle(pending, |eos| eos.classify_eos(None)),
+        Ok(false) => Ok(()),
+        Err(panic) => {
+            fail(pending);
+            Err(panic)
+        }
     }
 }
 
-/// Records the verdict `judge` gives, once.
+/// Records the verdict `judge` gives, once. A panic in `judge` records a
+/// failure and is handed back, to be resumed.
 fn settle<Eos: ClassifyEos>(
     pending: &mut Option<(Eos, Obligation)>,
     judge: impl FnOnce(Eos) -> Verdict,
-) {
-    if let Some((eos, obligation)) = pending.take() {
-        obligation.settle(judge(eos));
+) -> Result<(), Panic> {
+    let Some((eos, obligation)) = pending.take() else {
+        return Ok(());
+    };
+    match catch_unwind(AssertUnwindSafe(|| judge(eos))) {
+        Ok(verdict) => {
+            obligation.settle(verdict);
+            Ok(())
+        }
+        Err(panic) => {
+            obligation.settle(Verdict::new(Outcome::Failure));
+            Err(panic)
+        }
+    }
+}
+
+/// Records a failure, if nothing is recorded yet.
+fn fail<Eos>(pending: &mut Option<(Eos, Obligation)>) {
+    if let Some((_, obligation)) = pending.take() {
+        obligation.settle(Verdict::new(Outcome::Failure));
     }
 }
 
 impl<B: Body, Eos: ClassifyEos> BreakerBody<B, Eos> {
     fn new(inner: B, mut pending: Option<(Eos, Obligation)>) -> Self {
         // An empty body may never be polled: it has ended already.
-        settle_if_ended(&inner, &mut pending);
+        if let Err(panic) = settle_if_ended(&inner, &mut pending) {
+            resume_unwind(panic);
+        }
         BreakerBody {
             inner,
             pending,
@@ -120,11 +170,19 @@ impl<B: Body, Eos: ClassifyEos> Body for BreakerBody<B, Eos> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let mut this = self.project();
-        let frame = match this.inner.as_mut().poll_frame(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(frame) => frame,
+        if this.pending.is_none() {
+            // Judged already: nothing left to record.
+            return this.inner.poll_frame(cx);
+        }
+        let frame = match catch_unwind(AssertUnwindSafe(|| this.inner.as_mut().poll_frame(cx))) {
+            Ok(Poll::Pending) => return Poll::Pending,
+            Ok(Poll::Ready(frame)) => frame,
+            Err(panic) => {
+                fail(this.pending);
+                resume_unwind(panic)
+            }
         };
-        match &frame {
+        let settled = match &frame {
             Some(Ok(frame)) => match frame.trailers_ref() {
                 Some(trailers) => settle(this.pending, |eos| eos.classify_eos(Some(trailers))),
                 // A reader may stop at the end the body reports, without
@@ -134,6 +192,9 @@ impl<B: Body, Eos: ClassifyEos> Body for BreakerBody<B, Eos> {
             },
             Some(Err(_)) => settle(this.pending, ClassifyEos::classify_body_error),
             None => settle(this.pending, |eos| eos.classify_eos(None)),
+        };
+        if let Err(panic) = settled {
+            resume_unwind(panic);
         }
         Poll::Ready(frame)
     }

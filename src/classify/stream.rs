@@ -32,7 +32,8 @@ pub enum Classified<Eos> {
 /// [`classify_eos`](ClassifyEos::classify_eos); one that fails midway by
 /// [`classify_body_error`](ClassifyEos::classify_body_error) (a failure by
 /// default). A body dropped before its end (the caller walked away) counts
-/// as ignored.
+/// as ignored. A panic here, or in the body, counts as a failure and is
+/// resumed to the body's reader.
 pub trait ClassifyEos: Send + 'static {
     /// The body ended; `trailers` are its trailers, if any.
     fn classify_eos(self, trailers: Option<&HeaderMap>) -> Verdict;
