@@ -212,7 +212,7 @@ fn check_classifier(value: &HeaderValue, parsed: Option<Duration>) {
             .header(RETRY_AFTER, value.clone())
             .body(())
             .expect("a valid response");
-        let verdict = Classify::<_, ()>::classify(&HttpClassifier, Ok(&response));
+        let verdict = Classify::<_, ()>::classify(&HttpClassifier::new(), Ok(&response));
         assert_eq!(verdict.outcome(), Outcome::Failure);
         if is_delay_seconds(value) {
             assert_eq!(verdict.retry_after(), parsed, "{value:?}");

@@ -224,7 +224,7 @@ impl<B: std::fmt::Debug, Eos> std::fmt::Debug for BreakerBody<B, Eos> {
 /// ```
 /// use tower_circuit_breaker::{classify::StreamingHttp, CircuitBreakerLayer, Config};
 ///
-/// let layer = CircuitBreakerLayer::new(Config::default()).streaming(StreamingHttp);
+/// let layer = CircuitBreakerLayer::new(Config::default()).streaming(StreamingHttp::new());
 /// let breaker = layer.breaker();
 /// # let _ = breaker;
 /// ```

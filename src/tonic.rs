@@ -152,6 +152,13 @@ impl TonicClassifier {
         self.codes = self.codes.internal_is_failure(on);
         self
     }
+
+    /// Never reads `grpc-retry-pushback-ms`, as
+    /// [`GrpcClassifier::ignore_pushback`].
+    pub fn ignore_pushback(mut self) -> Self {
+        self.codes = self.codes.ignore_pushback();
+        self
+    }
 }
 
 impl<T> Classify<T, Status> for TonicClassifier {
@@ -255,6 +262,12 @@ mod tests {
             classify(c, &with_pushback(Code::InvalidArgument, "1500")).retry_after(),
             None,
             "ignored outcomes carry no hint"
+        );
+        let ignoring = c.ignore_pushback();
+        let verdict = classify(ignoring, &with_pushback(Code::Unavailable, "1500"));
+        assert_eq!(
+            (verdict.outcome(), verdict.retry_after()),
+            (Outcome::Failure, None)
         );
         for garbage in ["-1", "1.5", "soon", ""] {
             let verdict = classify(c, &with_pushback(Code::Unavailable, garbage));

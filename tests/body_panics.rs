@@ -200,7 +200,7 @@ async fn a_panicking_inner_body_served_by_hyper_fails_the_probe() {
         poll_panics: true,
         ..Scripted::default()
     });
-    read_through_a_server(streaming(&breaker, StreamingHttp, make)).await;
+    read_through_a_server(streaming(&breaker, StreamingHttp::new(), make)).await;
     assert_probe_failed(&breaker);
 }
 
@@ -259,7 +259,7 @@ async fn a_body_whose_end_check_panics_when_it_arrives_fails_the_probe() {
         end_panics: true,
         ..Scripted::default()
     });
-    let call = streaming(&breaker, StreamingHttp, make).oneshot(());
+    let call = streaming(&breaker, StreamingHttp::new(), make).oneshot(());
     let panic = tokio::spawn(call)
         .await
         .expect_err("the caller panicked")

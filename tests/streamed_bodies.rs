@@ -39,7 +39,7 @@ async fn probe_through_gateway(upstream_http: Http, gateway_http: Http, path: &s
         gateway_http,
         upstream,
         upstream_http,
-        layer(&breaker, StreamingHttp),
+        layer(&breaker, StreamingHttp::new()),
     )
     .await;
     half_open(&breaker).await;
@@ -112,7 +112,7 @@ async fn a_streamed_success_resets_the_streak(upstream_http: Http, gateway_http:
         gateway_http,
         upstream,
         upstream_http,
-        layer(&breaker, StreamingHttp),
+        layer(&breaker, StreamingHttp::new()),
     )
     .await;
     for (path, status) in [
@@ -189,7 +189,7 @@ fn answering_frames(
     ended: &Arc<AtomicBool>,
 ) -> impl Service<(), Response = Response<BreakerBody<Frames, BodyEnds>>, Error = BoxError> {
     let ended = ended.clone();
-    layer(breaker, StreamingHttp).layer(service_fn(move |()| {
+    layer(breaker, StreamingHttp::new()).layer(service_fn(move |()| {
         let body = Frames {
             frames,
             end_with_last,

@@ -62,7 +62,7 @@ async fn axum_gateway(
 async fn an_axum_handler_returning_the_breaker_body_closes_a_half_open_breaker() {
     let breaker = breaker();
     let upstream = upstream(Http::One).await;
-    let gateway = axum_gateway(upstream, Http::One, layer(&breaker, StreamingHttp)).await;
+    let gateway = axum_gateway(upstream, Http::One, layer(&breaker, StreamingHttp::new())).await;
     half_open(&breaker).await;
 
     let (status, body) = gateway::get(Http::One, gateway, "/plain/ok").await;
@@ -78,7 +78,7 @@ async fn an_axum_handler_returning_the_breaker_body_closes_a_half_open_breaker()
 async fn an_event_stream_through_an_axum_handler_resets_a_failure_streak() {
     let breaker = breaker();
     let upstream = upstream(Http::Two).await;
-    let gateway = axum_gateway(upstream, Http::Two, layer(&breaker, StreamingHttp)).await;
+    let gateway = axum_gateway(upstream, Http::Two, layer(&breaker, StreamingHttp::new())).await;
     for (path, status) in [
         ("/plain/fail", StatusCode::BAD_GATEWAY),
         ("/sse/ok", StatusCode::OK),

@@ -17,7 +17,11 @@ use super::{Classify, Outcome, Verdict};
 /// | any `Err` (connection refused, `tower::timeout`'s `Elapsed`...) | failure |
 ///
 /// On 429 and 503, a `Retry-After` header (seconds or an HTTP date) becomes
-/// the verdict's retry-after hint. A header that does not parse is ignored.
+/// the verdict's retry-after hint: the breaker, opening on that failure,
+/// stays open at least that long (capped by its maximum open period). A
+/// header that does not parse is ignored, and so is every header with
+/// [`ignore_retry_after`](HttpClassifier::ignore_retry_after), for
+/// upstreams whose `Retry-After` cannot be trusted.
 ///
 /// ```
 /// use http::{Response, StatusCode};
@@ -29,14 +33,37 @@ use super::{Classify, Outcome, Verdict};
 ///     .header("retry-after", "120")
 ///     .body(())
 ///     .unwrap();
-/// let verdict = Classify::<_, ()>::classify(&HttpClassifier, Ok(&res));
+/// let verdict = Classify::<_, ()>::classify(&HttpClassifier::new(), Ok(&res));
 /// assert_eq!(verdict.outcome(), Outcome::Failure);
 /// assert_eq!(verdict.retry_after(), Some(Duration::from_secs(120)));
+///
+/// let status_only = HttpClassifier::new().ignore_retry_after();
+/// let verdict = Classify::<_, ()>::classify(&status_only, Ok(&res));
+/// assert_eq!(verdict.outcome(), Outcome::Failure);
+/// assert_eq!(verdict.retry_after(), None);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HttpClassifier;
+pub struct HttpClassifier {
+    ignore_retry_after: bool,
+}
 
 impl HttpClassifier {
+    /// Judges by status, and reads `Retry-After` on 429 and 503.
+    pub const fn new() -> Self {
+        HttpClassifier {
+            ignore_retry_after: false,
+        }
+    }
+
+    /// Never reads `Retry-After`: the breaker's own open period (its
+    /// cooldown and backoff) alone decides when to probe again. For
+    /// upstreams that send nonsense there (a fixed hour, a date in
+    /// another clock).
+    pub const fn ignore_retry_after(mut self) -> Self {
+        self.ignore_retry_after = true;
+        self
+    }
+
     /// The outcome for a status code alone.
     pub fn outcome(status: StatusCode) -> Outcome {
         if status.is_server_error()
@@ -60,6 +87,9 @@ impl<B, E> Classify<Response<B>, E> for HttpClassifier {
         };
         let status = response.status();
         let verdict = Verdict::new(Self::outcome(status));
+        if self.ignore_retry_after {
+            return verdict;
+        }
         if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
             if let Some(hint) = response
                 .headers()
