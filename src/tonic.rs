@@ -64,6 +64,11 @@ impl From<CircuitOpen> for Status {
     /// ([`CircuitOpen::to_http_response`]): a pushback of zero tells a
     /// gRPC client to retry at once, into the same refusal.
     ///
+    /// The message names the breaker, and a server that returns this
+    /// status sends the name to its client: name breakers after what a
+    /// client may know (a provider, a model), or map the error to a status
+    /// of your own.
+    ///
     /// ```
     /// use std::time::Duration;
     /// use tonic::{Code, Status};
