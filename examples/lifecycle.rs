@@ -110,7 +110,7 @@ async fn main() -> Result<(), BoxError> {
         .probes(1)
         .build()?;
     // HttpClassifier: 5xx, 408, 429 and errors (timeouts) count as failures.
-    let layer = CircuitBreakerLayer::new(config).classify(HttpClassifier);
+    let layer = CircuitBreakerLayer::new(config).classify(HttpClassifier::new());
     let breaker = layer.breaker(); // a handle to read state and counters from
 
     // The timeout sits *inside* the breaker: a hang comes back to it as an

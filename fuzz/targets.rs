@@ -12,7 +12,7 @@
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::RETRY_AFTER;
 use http::HeaderValue;
@@ -155,7 +155,9 @@ impl<'a> Input<'a> {
 // ---------------------------------------------------------------------------
 
 /// Bytes: a flag (bit 0: `now` before the epoch), eight bytes of seconds for
-/// `now`, then the header value's bytes.
+/// `now`, then the header value's bytes. Checks the wait's range, that
+/// dates read as `httpdate` reads them (see [`check_against_httpdate`]),
+/// and the HTTP classifier's hint.
 pub fn retry_after(data: &[u8]) {
     let mut input = Input::new(data);
     let before_epoch = input.byte() & 1 == 1;
@@ -170,6 +172,9 @@ pub fn retry_after(data: &[u8]) {
         return;
     };
     let parsed = parse_retry_after(&value, now);
+    if let Ok(text) = value.to_str() {
+        check_against_httpdate(text, now, parsed);
+    }
     let Some(wait) = parsed else {
         return check_classifier(&value, None);
     };
@@ -187,10 +192,24 @@ pub fn retry_after(data: &[u8]) {
         assert_eq!(wait, Duration::from_secs(secs), "{value:?}");
         assert_eq!(parse_retry_after(&value, UNIX_EPOCH), parsed, "{value:?}");
     } else {
-        // An HTTP date: at most the end of year 9999 from now, and a
-        // second later it is a second closer (or already past).
-        let end_of_9999 = 253_402_300_799;
-        assert!(wait.as_secs() <= end_of_9999, "{value:?} gave {wait:?}");
+        // An HTTP date: at most the end of year 9999 from now (a leap
+        // second then is the next midnight), an RFC 850 date at most 50
+        // years from now, and a second later it is a second closer (or
+        // already past).
+        let now_secs = if before_epoch {
+            -i128::from(offset.as_secs())
+        } else {
+            i128::from(offset.as_secs())
+        };
+        let latest = if is_rfc850_shaped(text) {
+            50 * 366 * 86_400 + 1
+        } else {
+            (END_OF_9999 + 1 - now_secs).max(0)
+        };
+        assert!(
+            i128::from(wait.as_secs()) <= latest,
+            "{value:?} gave {wait:?}"
+        );
         assert_eq!(wait.subsec_nanos(), 0, "{value:?} gave {wait:?}");
         if let Some(later) = now.checked_add(Duration::from_secs(1)) {
             assert_eq!(
@@ -203,6 +222,128 @@ pub fn retry_after(data: &[u8]) {
     check_classifier(&value, parsed);
 }
 
+/// The last second of the year 9999, in seconds since the epoch.
+const END_OF_9999: i128 = 253_402_300_799;
+
+/// Whether a date is neither IMF-fixdate (29 bytes) nor asctime (24
+/// bytes): RFC 850, whose year has two digits.
+fn is_rfc850_shaped(text: &str) -> bool {
+    text.len() != 29 && text.len() != 24
+}
+
+/// Checks a date against `httpdate`, a maintained parser of HTTP dates:
+/// where it reads a date, the wait is the same; where it refuses one, so
+/// does the crate. Except for what RFC 9110 allows and httpdate does not
+/// read (years before 1970, a leap second at 23:59:60), what httpdate lets
+/// through and RFC 9110 does not (any byte between an RFC 850 year and its
+/// time), and RFC 850 years, which httpdate reads in 1970 to 2069 and RFC
+/// 9110 as the latest year with those digits at most 50 years after now.
+/// There the crate reads httpdate's date moved by a multiple of 400 years
+/// (the calendar's period, weekdays included), or refuses the value when
+/// the years differ by anything else (the weekday cannot match then).
+fn check_against_httpdate(text: &str, now: SystemTime, parsed: Option<Duration>) {
+    let text = text.trim_matches([' ', '\t']);
+    if is_delay_seconds_text(text) {
+        return;
+    }
+    let wait_until = |at: SystemTime| at.duration_since(now).unwrap_or(Duration::ZERO);
+    let reference = httpdate::parse_http_date(text).ok();
+    if is_rfc850_shaped(text) {
+        let Some(at) = reference else {
+            // httpdate refuses no RFC 850 date that RFC 9110 reads with
+            // one of its years, 1970 to 2069; dates it cannot tell.
+            return;
+        };
+        let (Some((year, month, day, second)), Some(now_date)) = (calendar(at), calendar(now))
+        else {
+            return;
+        };
+        // httpdate reads `Sunday, 06-Nov-94?08:49:37 GMT` whatever `?` is.
+        let separated = text
+            .find(',')
+            .is_some_and(|comma| text.as_bytes().get(comma + 11) == Some(&b' '));
+        let limit = (now_date.0 + 50, now_date.1, now_date.2, now_date.3);
+        let mut window_year = limit.0 - (limit.0 - year).rem_euclid(100);
+        if (window_year, month, day, second) > limit {
+            window_year -= 100;
+        }
+        let shift = window_year - year;
+        let expected = if separated && shift % 400 == 0 {
+            let days = i64::from(shift / 400) * 146_097;
+            let moved = Duration::from_secs(days.unsigned_abs() * 86_400);
+            let at = if days < 0 {
+                at.checked_sub(moved)
+            } else {
+                at.checked_add(moved)
+            };
+            at.map(wait_until)
+        } else {
+            None
+        };
+        assert_eq!(
+            parsed, expected,
+            "{text:?} from {now:?}: httpdate reads {at:?}, RFC 9110 the year {window_year}"
+        );
+        return;
+    }
+    match reference {
+        Some(at) => assert_eq!(
+            parsed,
+            Some(wait_until(at)),
+            "{text:?}: httpdate reads {at:?}"
+        ),
+        None => {
+            let year = if text.len() == 29 {
+                text.get(12..16)
+            } else {
+                text.get(20..24)
+            };
+            let year = year.and_then(|y| y.parse::<u16>().ok());
+            if year.is_some_and(|y| y < 1970) {
+                // Before httpdate's years: in the past, unless `now` is too.
+                if now >= UNIX_EPOCH {
+                    assert!(
+                        parsed.is_none_or(|wait| wait.is_zero()),
+                        "{text:?} gave {parsed:?}"
+                    );
+                }
+            } else if text.contains("23:59:60") {
+                // A leap second: a second after 23:59:59.
+                let last_second = text.replace("23:59:60", "23:59:59");
+                let expected = httpdate::parse_http_date(&last_second)
+                    .ok()
+                    .map(|at| wait_until(at + Duration::from_secs(1)));
+                assert_eq!(parsed, expected, "{text:?}");
+            } else {
+                assert_eq!(parsed, None, "{text:?}: httpdate refuses it");
+            }
+        }
+    }
+}
+
+/// Year, month, day and second of the day of `time`, as httpdate writes
+/// it; `None` outside its years (1970 to 9999).
+fn calendar(time: SystemTime) -> Option<(i32, usize, u32, u32)> {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let since_epoch = time.duration_since(UNIX_EPOCH).ok()?;
+    if since_epoch.as_secs() > END_OF_9999 as u64 {
+        return None;
+    }
+    // "Sun, 06 Nov 1994 08:49:37 GMT"
+    let text = httpdate::fmt_http_date(time);
+    let field = |range: std::ops::Range<usize>| text.get(range)?.parse::<u32>().ok();
+    let month = MONTHS.iter().position(|m| Some(*m) == text.get(8..11))? + 1;
+    let second_of_day = field(17..19)? * 3600 + field(20..22)? * 60 + field(23..25)?;
+    Some((
+        i32::try_from(field(12..16)?).ok()?,
+        month,
+        field(5..7)?,
+        second_of_day,
+    ))
+}
+
 /// The HTTP classifier reads the same value from a 429 or a 503 without
 /// panicking, and only ever as a hint on a failure.
 fn check_classifier(value: &HeaderValue, parsed: Option<Duration>) {
@@ -212,7 +353,7 @@ fn check_classifier(value: &HeaderValue, parsed: Option<Duration>) {
             .header(RETRY_AFTER, value.clone())
             .body(())
             .expect("a valid response");
-        let verdict = Classify::<_, ()>::classify(&HttpClassifier, Ok(&response));
+        let verdict = Classify::<_, ()>::classify(&HttpClassifier::new(), Ok(&response));
         assert_eq!(verdict.outcome(), Outcome::Failure);
         if is_delay_seconds(value) {
             assert_eq!(verdict.retry_after(), parsed, "{value:?}");
@@ -228,10 +369,12 @@ fn check_classifier(value: &HeaderValue, parsed: Option<Duration>) {
 /// Whether a value is delay-seconds, whose parse does not depend on the
 /// clock.
 fn is_delay_seconds(value: &HeaderValue) -> bool {
-    value.to_str().is_ok_and(|t| {
-        let t = t.trim_matches([' ', '\t']);
-        !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())
-    })
+    value.to_str().is_ok_and(is_delay_seconds_text)
+}
+
+fn is_delay_seconds_text(text: &str) -> bool {
+    let text = text.trim_matches([' ', '\t']);
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Whether a value could be a date, whose parse depends on the clock.

@@ -9,13 +9,25 @@
 //! * when the body ends (all data read, trailers included): the end-of-stream
 //!   classifier decides, from the trailers;
 //! * when the body fails midway: a failure;
+//! * when the inner body or the end-of-stream classifier panics: a
+//!   failure, and the panic goes on to the reader;
 //! * when the body is dropped before its end (the caller walked away):
 //!   ignored, counting neither way.
+//!
+//! A body has ended when its inner body returns `None` or its trailers, and
+//! also as soon as the inner body reports
+//! [`is_end_stream`](http_body::Body::is_end_stream): hyper's servers
+//! (HTTP/1 and HTTP/2, and so axum's and tonic's) stop reading a body they
+//! send there, and drop it without asking for its `None`. A gateway that
+//! streams an upstream's answer to its own client therefore counts each
+//! call as the end of its stream says, never as ignored.
 //!
 //! A half-open probe keeps its permit until then, so a stream that dies
 //! halfway can never count as a successful probe.
 
+use std::any::Any;
 use std::future::Future;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -27,7 +39,7 @@ use tower_service::Service;
 use tower_layer::Layer;
 
 use crate::breaker::Breaker;
-use crate::classify::{Classified, ClassifyEos, ClassifyResponse};
+use crate::classify::{Classified, ClassifyEos, ClassifyResponse, Outcome, Verdict};
 use crate::error::CircuitOpen;
 use crate::future::{Judgement, Obligation, ResponseFuture};
 use crate::layer::CircuitBreakerLayer;
@@ -35,10 +47,41 @@ use crate::service::{CircuitBreaker, Readiness};
 
 pin_project! {
     /// A response body that records its call's outcome when it ends.
+    ///
+    /// It has ended when its inner body returns `None` or its trailers, or
+    /// reports [`is_end_stream`](Body::is_end_stream) (hyper's servers stop
+    /// reading there, and drop the body without asking for the `None`):
+    /// checked after each frame it returns, when it is made, and when it
+    /// is dropped. Whichever comes first records, once.
+    ///
+    /// A panic in the inner body or in the end-of-stream classifier is a
+    /// failure: recorded (a probe's permit goes back), then resumed to
+    /// whoever was reading, or dropping, the body (unless it is dropped
+    /// while its thread already unwinds: a second panic would abort).
     pub struct BreakerBody<B, Eos> {
         #[pin]
         inner: B,
         pending: Option<(Eos, Obligation)>,
+        // `settle_if_ended::<B, Eos>`, kept here because `Drop` cannot ask
+        // for `B: Body`, which it needs to tell an ended body from one
+        // abandoned midway.
+        on_drop: fn(&B, &mut Option<(Eos, Obligation)>) -> Result<(), Panic>,
+    }
+
+    impl<B, Eos> PinnedDrop for BreakerBody<B, Eos> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if this.pending.is_none() {
+                return;
+            }
+            if let Err(panic) = (*this.on_drop)(this.inner.as_ref().get_ref(), this.pending) {
+                // Already unwinding, a panic leaving `drop` would abort the
+                // process; the failure is recorded either way.
+                if !std::thread::panicking() {
+                    resume_unwind(panic);
+                }
+            }
+        }
     }
 }
 
@@ -54,16 +97,67 @@ impl<B, Eos> BreakerBody<B, Eos> {
     }
 }
 
-impl<B: Body, Eos: ClassifyEos> BreakerBody<B, Eos> {
-    fn new(inner: B, pending: Option<(Eos, Obligation)>) -> Self {
-        let mut body = BreakerBody { inner, pending };
-        // An empty body may never be polled: it has ended already.
-        if body.inner.is_end_stream() {
-            if let Some((eos, obligation)) = body.pending.take() {
-                obligation.settle(eos.classify_eos(None));
-            }
+/// A caught panic, to be resumed once the call is recorded.
+type Panic = Box<dyn Any + Send>;
+
+/// Records the end-of-stream verdict if `inner` reports its end; left
+/// pending otherwise (dropped, the obligation counts the call as ignored).
+fn settle_if_ended<B: Body, Eos: ClassifyEos>(
+    inner: &B,
+    pending: &mut Option<(Eos, Obligation)>,
+) -> Result<(), Panic> {
+    if pending.is_none() {
+        return Ok(());
+    }
+    match catch_unwind(AssertUnwindSafe(|| inner.is_end_stream())) {
+        Ok(true) => settle(pending, |eos| eos.classify_eos(None)),
+        Ok(false) => Ok(()),
+        Err(panic) => {
+            fail(pending);
+            Err(panic)
         }
-        body
+    }
+}
+
+/// Records the verdict `judge` gives, once. A panic in `judge` records a
+/// failure and is handed back, to be resumed.
+fn settle<Eos: ClassifyEos>(
+    pending: &mut Option<(Eos, Obligation)>,
+    judge: impl FnOnce(Eos) -> Verdict,
+) -> Result<(), Panic> {
+    let Some((eos, obligation)) = pending.take() else {
+        return Ok(());
+    };
+    match catch_unwind(AssertUnwindSafe(|| judge(eos))) {
+        Ok(verdict) => {
+            obligation.settle(verdict);
+            Ok(())
+        }
+        Err(panic) => {
+            obligation.settle(Verdict::new(Outcome::Failure));
+            Err(panic)
+        }
+    }
+}
+
+/// Records a failure, if nothing is recorded yet.
+fn fail<Eos>(pending: &mut Option<(Eos, Obligation)>) {
+    if let Some((_, obligation)) = pending.take() {
+        obligation.settle(Verdict::new(Outcome::Failure));
+    }
+}
+
+impl<B: Body, Eos: ClassifyEos> BreakerBody<B, Eos> {
+    fn new(inner: B, mut pending: Option<(Eos, Obligation)>) -> Self {
+        // An empty body may never be polled: it has ended already.
+        if let Err(panic) = settle_if_ended(&inner, &mut pending) {
+            resume_unwind(panic);
+        }
+        BreakerBody {
+            inner,
+            pending,
+            on_drop: settle_if_ended::<B, Eos>,
+        }
     }
 }
 
@@ -75,29 +169,32 @@ impl<B: Body, Eos: ClassifyEos> Body for BreakerBody<B, Eos> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let this = self.project();
-        let frame = match this.inner.poll_frame(cx) {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(frame) => frame,
+        let mut this = self.project();
+        if this.pending.is_none() {
+            // Judged already: nothing left to record.
+            return this.inner.poll_frame(cx);
+        }
+        let frame = match catch_unwind(AssertUnwindSafe(|| this.inner.as_mut().poll_frame(cx))) {
+            Ok(Poll::Pending) => return Poll::Pending,
+            Ok(Poll::Ready(frame)) => frame,
+            Err(panic) => {
+                fail(this.pending);
+                resume_unwind(panic)
+            }
         };
-        match &frame {
-            Some(Ok(frame)) => {
-                if let Some(trailers) = frame.trailers_ref() {
-                    if let Some((eos, obligation)) = this.pending.take() {
-                        obligation.settle(eos.classify_eos(Some(trailers)));
-                    }
-                }
-            }
-            Some(Err(_)) => {
-                if let Some((eos, obligation)) = this.pending.take() {
-                    obligation.settle(eos.classify_body_error());
-                }
-            }
-            None => {
-                if let Some((eos, obligation)) = this.pending.take() {
-                    obligation.settle(eos.classify_eos(None));
-                }
-            }
+        let settled = match &frame {
+            Some(Ok(frame)) => match frame.trailers_ref() {
+                Some(trailers) => settle(this.pending, |eos| eos.classify_eos(Some(trailers))),
+                // A reader may stop at the end the body reports, without
+                // asking for the `None`: judge the call before handing
+                // the last frame over.
+                None => settle_if_ended(this.inner.as_ref().get_ref(), this.pending),
+            },
+            Some(Err(_)) => settle(this.pending, ClassifyEos::classify_body_error),
+            None => settle(this.pending, |eos| eos.classify_eos(None)),
+        };
+        if let Err(panic) = settled {
+            resume_unwind(panic);
         }
         Poll::Ready(frame)
     }
@@ -127,7 +224,7 @@ impl<B: std::fmt::Debug, Eos> std::fmt::Debug for BreakerBody<B, Eos> {
 /// ```
 /// use tower_circuit_breaker::{classify::StreamingHttp, CircuitBreakerLayer, Config};
 ///
-/// let layer = CircuitBreakerLayer::new(Config::default()).streaming(StreamingHttp);
+/// let layer = CircuitBreakerLayer::new(Config::default()).streaming(StreamingHttp::new());
 /// let breaker = layer.breaker();
 /// # let _ = breaker;
 /// ```

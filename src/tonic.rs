@@ -64,6 +64,11 @@ impl From<CircuitOpen> for Status {
     /// ([`CircuitOpen::to_http_response`]): a pushback of zero tells a
     /// gRPC client to retry at once, into the same refusal.
     ///
+    /// The message names the breaker, and a server that returns this
+    /// status sends the name to its client: name breakers after what a
+    /// client may know (a provider, a model), or map the error to a status
+    /// of your own.
+    ///
     /// ```
     /// use std::time::Duration;
     /// use tonic::{Code, Status};
@@ -150,6 +155,13 @@ impl TonicClassifier {
     /// Whether INTERNAL and UNKNOWN count as failures.
     pub fn internal_is_failure(mut self, on: bool) -> Self {
         self.codes = self.codes.internal_is_failure(on);
+        self
+    }
+
+    /// Never reads `grpc-retry-pushback-ms`, as
+    /// [`GrpcClassifier::ignore_pushback`].
+    pub fn ignore_pushback(mut self) -> Self {
+        self.codes = self.codes.ignore_pushback();
         self
     }
 }
@@ -254,6 +266,12 @@ mod tests {
             classify(c, &with_pushback(Code::InvalidArgument, "1500")).retry_after(),
             None,
             "ignored outcomes carry no hint"
+        );
+        let ignoring = c.ignore_pushback();
+        let verdict = classify(ignoring, &with_pushback(Code::Unavailable, "1500"));
+        assert_eq!(
+            (verdict.outcome(), verdict.retry_after()),
+            (Outcome::Failure, None)
         );
         for garbage in ["-1", "1.5", "soon", ""] {
             let verdict = classify(c, &with_pushback(Code::Unavailable, garbage));

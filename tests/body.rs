@@ -105,7 +105,7 @@ fn sse_broken() -> Response<Scripted> {
 #[tokio::test(start_paused = true)]
 async fn a_stream_that_breaks_midway_is_a_failure() {
     let breaker = breaker();
-    let svc = streaming(&breaker, StreamingHttp, sse_broken);
+    let svc = streaming(&breaker, StreamingHttp::new(), sse_broken);
     let response = svc.oneshot(Request::new(())).await.unwrap();
     assert_eq!(breaker.state(), State::Closed, "not judged before the end");
     assert!(drain(response.into_body()).await.is_err());
@@ -116,7 +116,7 @@ async fn a_stream_that_breaks_midway_is_a_failure() {
 #[tokio::test(start_paused = true)]
 async fn a_completed_stream_is_a_success() {
     let breaker = breaker();
-    let svc = streaming(&breaker, StreamingHttp, sse_ok);
+    let svc = streaming(&breaker, StreamingHttp::new(), sse_ok);
     breaker.force_open(Some(Duration::from_secs(1)));
     advance(Duration::from_secs(1)).await;
     let response = svc.oneshot(Request::new(())).await.unwrap();
@@ -131,7 +131,7 @@ async fn a_completed_stream_is_a_success() {
 #[tokio::test(start_paused = true)]
 async fn a_body_dropped_early_is_cancelled_and_returns_the_probe_permit() {
     let breaker = breaker();
-    let svc = streaming(&breaker, StreamingHttp, sse_ok);
+    let svc = streaming(&breaker, StreamingHttp::new(), sse_ok);
     breaker.force_open(Some(Duration::from_secs(1)));
     advance(Duration::from_secs(1)).await;
     let response = svc.clone().oneshot(Request::new(())).await.unwrap();
@@ -152,7 +152,7 @@ async fn a_body_dropped_early_is_cancelled_and_returns_the_probe_permit() {
 #[tokio::test(start_paused = true)]
 async fn the_probe_permit_is_held_until_the_end_of_the_stream() {
     let breaker = breaker();
-    let svc = streaming(&breaker, StreamingHttp, sse_ok);
+    let svc = streaming(&breaker, StreamingHttp::new(), sse_ok);
     breaker.force_open(Some(Duration::from_secs(1)));
     advance(Duration::from_secs(1)).await;
     let probe = svc.clone().oneshot(Request::new(())).await.unwrap();
@@ -169,7 +169,7 @@ async fn the_probe_permit_is_held_until_the_end_of_the_stream() {
 #[tokio::test(start_paused = true)]
 async fn a_5xx_head_is_judged_at_once() {
     let breaker = breaker();
-    let svc = streaming(&breaker, StreamingHttp, || {
+    let svc = streaming(&breaker, StreamingHttp::new(), || {
         let mut r = Response::new(Scripted::default().data(b"busy"));
         *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
         r
@@ -184,7 +184,7 @@ async fn an_empty_body_is_judged_at_once() {
     let breaker = breaker();
     breaker.force_open(Some(Duration::from_secs(1)));
     advance(Duration::from_secs(1)).await;
-    let svc = streaming(&breaker, StreamingHttp, || {
+    let svc = streaming(&breaker, StreamingHttp::new(), || {
         Response::new(Scripted::default())
     });
     let response = svc.oneshot(Request::new(())).await.unwrap();
@@ -281,7 +281,7 @@ async fn grpc_request_shaped_codes_are_ignored() {
 async fn a_transport_error_is_a_failure() {
     let breaker = breaker();
     let svc = CircuitBreakerLayer::from_breaker(breaker.clone())
-        .streaming(StreamingHttp)
+        .streaming(StreamingHttp::new())
         .layer(service_fn(|_: Request<()>| async {
             Err::<Response<Scripted>, BoxError>("connection refused".into())
         }));

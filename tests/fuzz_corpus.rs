@@ -108,8 +108,12 @@ fn mutate(rng: &mut SplitMix64, seeds: &[(String, Vec<u8>)]) -> Vec<u8> {
 }
 
 /// A `Retry-After` value from the grammar of its three date forms and of
-/// delay-seconds, with a mistake here and there.
+/// delay-seconds, with a mistake here and there; or, half the time, a real
+/// date near `now` (see [`real_date`]).
 fn header_like(rng: &mut SplitMix64) -> Vec<u8> {
+    if rng.below(2) == 0 {
+        return real_date(rng);
+    }
     const DAYS: [&str; 5] = ["Sun", "Wed", "Sunday", "Mon,", "Xyz"];
     const MONTHS: [&str; 5] = ["Jan", "Feb", "Nov", "Dec", "Foo"];
     let number = |rng: &mut SplitMix64, digits: usize| -> String {
@@ -159,6 +163,63 @@ fn header_like(rng: &mut SplitMix64) -> Vec<u8> {
     now.extend_from_slice(&secs.to_le_bytes());
     now.extend_from_slice(text.as_bytes());
     now
+}
+
+/// A real date in one of its three forms (written by httpdate, so its
+/// weekday is right), within a century of a `now` from 1970 to 9999, and
+/// one time in four with one byte changed: the dates the parser must read
+/// as httpdate reads them.
+fn real_date(rng: &mut SplitMix64) -> Vec<u8> {
+    const END_OF_9999: u64 = 253_402_300_799;
+    const CENTURY: u64 = 100 * 366 * 86_400;
+    const LONG_DAYS: [&str; 7] = [
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ];
+    let now = rng.next_u64() % (END_OF_9999 + 1);
+    let low = now.saturating_sub(CENTURY);
+    let high = (now + CENTURY).min(END_OF_9999);
+    let at = low + rng.next_u64() % (high - low + 1);
+    let imf = httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(at));
+    // "Sun, 06 Nov 1994 08:49:37 GMT"
+    let (weekday, day, month, year, time) = (
+        &imf[0..3],
+        &imf[5..7],
+        &imf[8..11],
+        &imf[12..16],
+        &imf[17..25],
+    );
+    let mut text = match rng.below(3) {
+        0 => imf.clone(),
+        1 => {
+            let long = LONG_DAYS
+                .iter()
+                .find(|d| d.starts_with(weekday))
+                .expect("a weekday");
+            format!("{long}, {day}-{month}-{} {time} GMT", &year[2..])
+        }
+        _ => {
+            let day = match day.strip_prefix('0') {
+                Some(digit) if rng.below(2) == 0 => format!(" {digit}"),
+                _ => day.to_owned(),
+            };
+            format!("{weekday} {month} {day} {time} {year}")
+        }
+    }
+    .into_bytes();
+    if rng.below(4) == 0 {
+        let at = rng.below(text.len());
+        text[at] = 0x20 + rng.below(0x5f) as u8;
+    }
+    let mut data = vec![0];
+    data.extend_from_slice(&now.to_le_bytes());
+    data.extend_from_slice(&text);
+    data
 }
 
 /// A config file, in TOML or JSON, from the fields a config has, with

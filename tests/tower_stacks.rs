@@ -183,7 +183,7 @@ fn http_stack(
     tower_circuit_breaker::Breaker,
     Arc<AtomicUsize>,
 ) {
-    let layer = CircuitBreakerLayer::new(config).classify(HttpClassifier);
+    let layer = CircuitBreakerLayer::new(config).classify(HttpClassifier::new());
     let breaker = layer.breaker();
     let calls = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&calls);
@@ -911,7 +911,7 @@ async fn trip_on_pushback_opens_on_the_first_announced_retry_after() {
             .unwrap(),
     );
     let svc = CircuitBreakerLayer::from_breaker(breaker.clone())
-        .classify(HttpClassifier)
+        .classify(HttpClassifier::new())
         .layer(tower::service_fn(|status: u16| async move {
             let mut response = http::Response::new(());
             *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
@@ -946,7 +946,7 @@ async fn without_trip_on_pushback_a_retry_after_only_lengthens_the_next_open_per
             .unwrap(),
     );
     let svc = CircuitBreakerLayer::from_breaker(breaker.clone())
-        .classify(HttpClassifier)
+        .classify(HttpClassifier::new())
         .layer(tower::service_fn(|_: u16| async move {
             let mut response = http::Response::new(());
             *response.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;

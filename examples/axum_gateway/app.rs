@@ -97,7 +97,7 @@ struct Gateway {
 pub fn gateway(breaker: &Breaker, upstream_addr: SocketAddr) -> Router {
     let client = Client::builder(TokioExecutor::new()).build_http();
     let upstream = ServiceBuilder::new()
-        .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).classify(HttpClassifier))
+        .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).classify(HttpClassifier::new()))
         .timeout(TIMEOUT)
         .service(client);
     Router::new()

@@ -139,7 +139,7 @@ pub type GuardedClient =
 pub fn client(breaker: &Breaker) -> GuardedClient {
     let client = Client::builder(TokioExecutor::new()).build_http();
     ServiceBuilder::new()
-        .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).classify(HttpClassifier))
+        .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).classify(HttpClassifier::new()))
         .timeout(TIMEOUT)
         .service(client)
 }

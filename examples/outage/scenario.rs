@@ -370,13 +370,13 @@ fn with_breaker(timing: &Timing, primary: Upstream, secondary: Upstream) -> (Ups
         let service = CircuitBreaker::with_classifier(
             Timeout::new(upstream, timing.timeout),
             &breaker,
-            HttpClassifier,
+            HttpClassifier::new(),
         );
         (service, breaker)
     };
     let (primary, breaker) = guard("primary", primary);
     let (secondary, _) = guard("secondary", secondary);
-    let failover = Failover::new([primary, secondary]).classify(HttpClassifier);
+    let failover = Failover::new([primary, secondary]).classify(HttpClassifier::new());
     (BoxCloneService::new(failover), breaker)
 }
 

@@ -264,7 +264,7 @@ pub async fn drive_traffic(registry: &Registry<String>) -> Result<Traffic, BoxEr
                 registry.clone(),
                 header::<String>(HeaderName::from_static(MODEL_HEADER)),
             )
-            .classify(HttpClassifier),
+            .classify(HttpClassifier::new()),
         )
         .service(service_fn(|req: Request<String>| async move {
             let model = req

@@ -118,7 +118,7 @@ pub fn client(
     let client: Client<HttpConnector, Empty<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     ServiceBuilder::new()
-        .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).streaming(StreamingHttp))
+        .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).streaming(StreamingHttp::new()))
         .map_err(BoxError::from)
         .service(client)
 }

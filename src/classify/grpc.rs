@@ -18,8 +18,10 @@ use super::{HttpClassifier, Outcome, Verdict};
 /// | INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, UNAUTHENTICATED and every other code | ignored: the request, not the server, is at fault |
 ///
 /// A non-200 HTTP status (a proxy's 503) is judged as [`HttpClassifier`]
-/// does, and so is a transport error (a failure). `grpc-retry-pushback-ms`
-/// becomes the retry-after hint.
+/// does, and so is a transport error (a failure). On a failure,
+/// `grpc-retry-pushback-ms` (or a proxy's `Retry-After`) becomes the
+/// retry-after hint, unless [`ignore_pushback`](GrpcClassifier::ignore_pushback)
+/// says not to trust the upstream's.
 ///
 /// ```
 /// use tower_circuit_breaker::{classify::GrpcClassifier, CircuitBreakerLayer, Config};
@@ -31,10 +33,11 @@ use super::{HttpClassifier, Outcome, Verdict};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GrpcClassifier {
     internal_is_failure: bool,
+    ignore_pushback: bool,
 }
 
 impl GrpcClassifier {
-    /// The default: INTERNAL and UNKNOWN are ignored.
+    /// The default: INTERNAL and UNKNOWN are ignored, pushbacks are hints.
     pub fn new() -> Self {
         GrpcClassifier::default()
     }
@@ -42,6 +45,14 @@ impl GrpcClassifier {
     /// Whether INTERNAL and UNKNOWN count as failures.
     pub fn internal_is_failure(mut self, on: bool) -> Self {
         self.internal_is_failure = on;
+        self
+    }
+
+    /// Never reads `grpc-retry-pushback-ms`, nor the `Retry-After` of a
+    /// non-gRPC answer: the breaker's own open period alone decides when
+    /// to probe again. For upstreams whose pushback cannot be trusted.
+    pub fn ignore_pushback(mut self) -> Self {
+        self.ignore_pushback = true;
         self
     }
 
@@ -56,9 +67,12 @@ impl GrpcClassifier {
             _ => Outcome::Ignore,
         };
         let verdict = Verdict::new(outcome);
+        if self.ignore_pushback || outcome != Outcome::Failure {
+            return verdict;
+        }
         match pushback.and_then(parse_pushback) {
-            Some(hint) if outcome == Outcome::Failure => verdict.with_retry_after(hint),
-            _ => verdict,
+            Some(hint) => verdict.with_retry_after(hint),
+            None => verdict,
         }
     }
 }
@@ -105,7 +119,14 @@ impl<B, E> ClassifyResponse<B, E> for GrpcClassifier {
     fn classify_response(&self, result: Result<&Response<B>, &E>) -> Classified<GrpcEos> {
         let response = match result {
             Ok(response) if response.status() == http::StatusCode::OK => response,
-            other => return Classified::Ready(super::Classify::classify(&HttpClassifier, other)),
+            other => {
+                let http = if self.ignore_pushback {
+                    HttpClassifier::new().ignore_retry_after()
+                } else {
+                    HttpClassifier::new()
+                };
+                return Classified::Ready(super::Classify::classify(&http, other));
+            }
         };
         match grpc_status(response.headers()) {
             // Trailers-only: the status is in the head.
@@ -152,6 +173,12 @@ mod tests {
                 "{bad:?}"
             );
         }
+        let ignoring = c.ignore_pushback();
+        assert_eq!(ignoring.verdict(Some(14), Some(&v)).retry_after(), None);
+        assert_eq!(
+            ignoring.verdict(Some(14), Some(&v)).outcome(),
+            Outcome::Failure
+        );
         let huge = HeaderValue::from_static("99999999999999999999999");
         assert_eq!(parse_pushback(&huge), Some(Duration::from_millis(u64::MAX)));
     }

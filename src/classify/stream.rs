@@ -32,7 +32,8 @@ pub enum Classified<Eos> {
 /// [`classify_eos`](ClassifyEos::classify_eos); one that fails midway by
 /// [`classify_body_error`](ClassifyEos::classify_body_error) (a failure by
 /// default). A body dropped before its end (the caller walked away) counts
-/// as ignored.
+/// as ignored. A panic here, or in the body, counts as a failure and is
+/// resumed to the body's reader.
 pub trait ClassifyEos: Send + 'static {
     /// The body ended; `trailers` are its trailers, if any.
     fn classify_eos(self, trailers: Option<&HeaderMap>) -> Verdict;
@@ -49,8 +50,37 @@ pub trait ClassifyEos: Send + 'static {
 /// HTTP with streamed bodies (server-sent events, chunked completions):
 /// statuses are judged as [`HttpClassifier`] does, at once; a response that
 /// looks successful succeeds only if its body ends without an error.
+///
+/// ```
+/// use tower_circuit_breaker::{classify::StreamingHttp, CircuitBreakerLayer, Config};
+///
+/// let layer = CircuitBreakerLayer::new(Config::default()).streaming(StreamingHttp::new());
+/// // Or, for an upstream whose `Retry-After` is not to be trusted:
+/// let layer = CircuitBreakerLayer::new(Config::default())
+///     .streaming(StreamingHttp::new().ignore_retry_after());
+/// # let _ = layer;
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StreamingHttp;
+pub struct StreamingHttp {
+    head: HttpClassifier,
+}
+
+impl StreamingHttp {
+    /// Judges heads as [`HttpClassifier::new`] does, `Retry-After`
+    /// included.
+    pub const fn new() -> Self {
+        StreamingHttp {
+            head: HttpClassifier::new(),
+        }
+    }
+
+    /// Never reads `Retry-After`, as
+    /// [`HttpClassifier::ignore_retry_after`].
+    pub const fn ignore_retry_after(mut self) -> Self {
+        self.head = self.head.ignore_retry_after();
+        self
+    }
+}
 
 /// End of stream for [`StreamingHttp`]: the body ended, so the call
 /// succeeded.
@@ -67,7 +97,7 @@ impl<B, E> ClassifyResponse<B, E> for StreamingHttp {
     type Eos = BodyEnds;
 
     fn classify_response(&self, result: Result<&Response<B>, &E>) -> Classified<BodyEnds> {
-        let verdict = super::Classify::classify(&HttpClassifier, result);
+        let verdict = super::Classify::classify(&self.head, result);
         match verdict.outcome() {
             Outcome::Success => Classified::AtEndOfStream(BodyEnds),
             _ => Classified::Ready(verdict),

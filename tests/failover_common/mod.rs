@@ -71,7 +71,11 @@ impl Upstream {
                 }
             }
         });
-        CircuitBreaker::with_classifier(BoxCloneService::new(inner), &self.breaker, HttpClassifier)
+        CircuitBreaker::with_classifier(
+            BoxCloneService::new(inner),
+            &self.breaker,
+            HttpClassifier::new(),
+        )
     }
 
     pub fn calls(&self) -> usize {
@@ -93,7 +97,7 @@ impl Upstream {
 }
 
 pub fn chain(upstreams: &[&Upstream]) -> Failover<Inner, HttpClassifier, HttpClassifier> {
-    Failover::new(upstreams.iter().map(|u| u.candidate())).classify(HttpClassifier)
+    Failover::new(upstreams.iter().map(|u| u.candidate())).classify(HttpClassifier::new())
 }
 
 pub fn exhausted(err: &BoxError) -> &Exhausted {
