@@ -12,7 +12,8 @@
 //! * when the inner body or the end-of-stream classifier panics: a
 //!   failure, and the panic goes on to the reader;
 //! * when the body is dropped before its end (the caller walked away):
-//!   ignored, counting neither way.
+//!   cancelled ([`Counts::cancelled`](crate::Counts::cancelled)), counting
+//!   neither way.
 //!
 //! A body has ended when its inner body returns `None` or its trailers, and
 //! also as soon as the inner body reports

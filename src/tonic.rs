@@ -2,21 +2,52 @@
 //! `UNAVAILABLE` status with a pushback, and [`TonicClassifier`] judges
 //! `tonic::Status` errors.
 //!
-//! Two places to put a breaker in a tonic client:
+//! # Guarding a `Channel`
 //!
-//! * **Around the `Channel`** (every RPC of every generated client on it),
-//!   classifying at the end of each stream with
-//!   [`GrpcClassifier`] through
-//!   [`CircuitBreakerLayer::streaming`](crate::CircuitBreakerLayer::streaming).
-//!   Give the stack `tonic::Status` as its error type (map the channel's
-//!   `tonic::transport::Error` with `Status::from_error`): a refusal then
-//!   reaches the generated client as the `UNAVAILABLE` status below. With
-//!   `BoxError` instead, tonic finds no status in the error and reports
-//!   `UNKNOWN`.
-//! * **Around a service whose error is `tonic::Status`** (a `service_fn`
-//!   over one generated client method), classifying with
-//!   [`TonicClassifier`] through
-//!   [`CircuitBreakerLayer::classify`](crate::CircuitBreakerLayer::classify).
+//! The wiring to start from: the breaker around the `Channel` (every RPC of
+//! every generated client on it), **classifying at the end of each stream
+//! with [`GrpcClassifier`]**, and the channel's transport errors mapped to
+//! `tonic::Status`, the error type a refusal converts into:
+//!
+//! ```
+//! use tonic::transport::{Channel, Endpoint};
+//! use tonic::Status;
+//! use tower::ServiceBuilder;
+//! use tower_circuit_breaker::classify::GrpcClassifier;
+//! use tower_circuit_breaker::{CircuitBreakerLayer, Config};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let channel: Channel = Endpoint::from_static("http://127.0.0.1:50051").connect_lazy();
+//! let to_status: fn(tonic::transport::Error) -> Status = |err| Status::from_error(Box::new(err));
+//! let guarded = ServiceBuilder::new()
+//!     .layer(CircuitBreakerLayer::new(Config::builder().name("search").build()?).streaming(GrpcClassifier::new()))
+//!     .map_err(to_status)
+//!     .service(channel);
+//! // let client = SearchClient::new(guarded); // any generated client
+//! # let _ = guarded;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! * **The classifier must see gRPC statuses.** A gRPC failure is an HTTP
+//!   200 whose status is in `grpc-status`, often in the trailers: the
+//!   default classifier (every `Err` a failure) and
+//!   [`HttpClassifier`](crate::classify::HttpClassifier) count UNAVAILABLE
+//!   as a success, and the breaker never opens. (`HttpClassifier` warns
+//!   once, through `tracing`, when it sees a gRPC response.)
+//!   [`GrpcClassifier`] reads the status from the head of a trailers-only
+//!   answer or from the trailers at the end of the stream.
+//! * **The error type is `tonic::Status`**: a refusal then reaches the
+//!   generated client as the `UNAVAILABLE` status below, with
+//!   `grpc-retry-pushback-ms`. With `BoxError` instead, tonic finds no
+//!   status in the error and reports `UNKNOWN`.
+//!
+//! # Guarding one method
+//!
+//! Around a service whose error is `tonic::Status` (a `service_fn` over one
+//! generated client method), classify with [`TonicClassifier`] through
+//! [`CircuitBreakerLayer::classify`](crate::CircuitBreakerLayer::classify):
 //!
 //! ```
 //! use tonic::{Code, Status};

@@ -238,7 +238,7 @@ async fn a_body_whose_end_is_learnt_after_its_last_frame_counts_when_dropped() {
 }
 
 #[tokio::test]
-async fn a_body_dropped_before_its_end_still_counts_neither_way() {
+async fn a_body_dropped_before_its_end_counts_as_cancelled_not_as_an_outcome() {
     let breaker = breaker();
     half_open(&breaker).await;
     let response = answering_frames(&breaker, 2, false, &Arc::default())
@@ -250,7 +250,12 @@ async fn a_body_dropped_before_its_end_still_counts_neither_way() {
     drop(body); // one frame still to come: the reader walked away
     let snap = breaker.snapshot();
     assert_eq!(
-        (snap.state, snap.probes_in_flight, snap.counts.ignored),
-        (State::HalfOpen, 0, 1)
+        (
+            snap.state,
+            snap.probes_in_flight,
+            snap.counts.cancelled,
+            snap.counts.ignored
+        ),
+        (State::HalfOpen, 0, 1, 0)
     );
 }

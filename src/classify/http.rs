@@ -85,6 +85,7 @@ impl<B, E> Classify<Response<B>, E> for HttpClassifier {
             Ok(response) => response,
             Err(_) => return Verdict::new(Outcome::Failure),
         };
+        warn_if_grpc(response);
         let status = response.status();
         let verdict = Verdict::new(Self::outcome(status));
         if self.ignore_retry_after {
@@ -100,6 +101,28 @@ impl<B, E> Classify<Response<B>, E> for HttpClassifier {
             }
         }
         verdict
+    }
+}
+
+/// Says once per process, as a `tracing` warning, that a classifier judging
+/// by HTTP status alone sees a gRPC response: its status is in
+/// `grpc-status` (often in the trailers), so UNAVAILABLE and every other
+/// failure look like a 200 to it, and the breaker would never open. The
+/// fix is a streaming breaker with the gRPC classifier.
+pub(crate) fn warn_if_grpc<B>(response: &Response<B>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    let grpc = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if grpc && !WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            "a circuit breaker judging by HTTP status sees a gRPC response \
+             (content-type application/grpc): gRPC failures answer 200 with the \
+             status in `grpc-status`, so they count as successes and the breaker \
+             never opens; classify with `CircuitBreakerLayer::streaming(GrpcClassifier::new())`"
+        );
     }
 }
 

@@ -1,0 +1,121 @@
+//! A breaker judging a tonic `Channel` by HTTP status sees every gRPC
+//! answer as a 200: it never opens. It says so, once, as a warning naming
+//! the fix; with the gRPC classifier it says nothing.
+#![cfg(feature = "tonic")]
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Endpoint, Server};
+use tonic::Status;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+use tower::ServiceBuilder;
+use tower_circuit_breaker::classify::{GrpcClassifier, HttpClassifier};
+use tower_circuit_breaker::policy::ConsecutiveFailures;
+use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, Config, State};
+use tracing_subscriber::EnvFilter;
+
+/// Everything this crate says through `tracing` on this thread, as text.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn warnings_about_grpc(&self) -> usize {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains("sees a gRPC response"))
+            .count()
+    }
+}
+
+/// A `tonic-health` server on a free port of 127.0.0.1: `Check` of a
+/// service it does not know answers `NOT_FOUND`.
+async fn health_server() -> SocketAddr {
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        Server::builder()
+            .add_service(health)
+            .serve_with_incoming(TcpIncoming::from(listener)),
+    );
+    addr
+}
+
+fn breaker() -> Breaker {
+    Breaker::new(
+        Config::builder()
+            .name("health")
+            .trip(ConsecutiveFailures::new(2))
+            .build()
+            .unwrap(),
+    )
+}
+
+fn to_status(err: tonic::transport::Error) -> Status {
+    Status::from_error(Box::new(err))
+}
+
+fn unknown_service() -> HealthCheckRequest {
+    HealthCheckRequest {
+        service: "no-such-service".to_string(),
+    }
+}
+
+#[tokio::test]
+async fn judging_grpc_by_http_status_warns_once_and_the_grpc_classifier_does_not() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::new("tower_circuit_breaker=warn"))
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let addr = health_server().await;
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+
+    // The right wiring: judged by `grpc-status`, two NOT_FOUNDs say nothing
+    // of the server's health, and nothing is said.
+    let breaker_ok = breaker();
+    let guarded = ServiceBuilder::new()
+        .layer(breaker_ok.layer().streaming(GrpcClassifier::new()))
+        .map_err(to_status as fn(_) -> Status)
+        .service(channel.clone());
+    let mut client = HealthClient::new(guarded);
+    for _ in 0..2 {
+        assert!(client.check(unknown_service()).await.is_err());
+    }
+    assert_eq!(captured.warnings_about_grpc(), 0);
+
+    // Judged by HTTP status: every gRPC answer is a 200. Said once.
+    let breaker_blind = breaker();
+    let blind = ServiceBuilder::new()
+        .layer(breaker_blind.layer().classify(HttpClassifier::new()))
+        .map_err(to_status as fn(_) -> Status)
+        .service(channel);
+    let mut client = HealthClient::new(blind);
+    for _ in 0..3 {
+        assert!(client.check(unknown_service()).await.is_err());
+    }
+    assert_eq!(breaker_blind.snapshot().counts.failures, 0, "blind to gRPC");
+    assert_eq!(breaker_blind.state(), State::Closed);
+    assert_eq!(captured.warnings_about_grpc(), 1, "said once, not per call");
+}
