@@ -16,7 +16,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tower::ServiceBuilder;
 use tower_circuit_breaker::classify::{GrpcClassifier, HttpClassifier};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
-use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, Config, State};
+use tower_circuit_breaker::{Breaker, Config, State};
 use tracing_subscriber::EnvFilter;
 
 /// Everything this crate says through `tracing` on this thread, as text.
