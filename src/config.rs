@@ -50,31 +50,50 @@ const MAX_OPEN_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 #[derive(Clone, Debug)]
 pub struct Config {
     pub(crate) name: Arc<str>,
-    pub(crate) trip: TripPolicy,
-    pub(crate) cooldown: Duration,
-    pub(crate) min_open: Duration,
-    pub(crate) max_open: Duration,
-    pub(crate) backoff: f64,
-    pub(crate) jitter: f64,
-    pub(crate) probes: u32,
-    pub(crate) successes_to_close: u32,
-    pub(crate) probe_timeout: Option<Duration>,
-    pub(crate) probe_interval: Duration,
-    pub(crate) trip_on_pushback: bool,
+    /// Everything but the name, shared by every breaker made from this
+    /// config (a registry's keys share their default's): a clone costs a
+    /// reference count.
+    settings: Arc<Settings>,
+}
+
+/// A config's settings. Durations are kept in nanoseconds (up to 584
+/// years), half the size of a `Duration`: a breaker made alone keeps its
+/// own.
+#[derive(Clone, Debug, PartialEq)]
+struct Settings {
+    trip: TripPolicy,
+    cooldown_ns: u64,
+    min_open_ns: u64,
+    max_open_ns: u64,
+    backoff: f64,
+    jitter: f64,
+    probes: u32,
+    successes_to_close: u32,
+    /// `u64::MAX`: none.
+    probe_timeout_ns: u64,
+    probe_interval_ns: u64,
+    trip_on_pushback: bool,
+}
+
+/// Nanoseconds, saturating a little below `u64::MAX` (which means "none").
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).map_or(u64::MAX - 1, |ns| ns.min(u64::MAX - 1))
 }
 
 impl Config {
     /// Starts from the defaults.
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder {
-            config: Config::default(),
+            name: Arc::from("default"),
+            settings: Settings::default(),
         }
     }
 
     /// Turns this config back into a builder, to change a few settings.
     pub fn to_builder(&self) -> ConfigBuilder {
         ConfigBuilder {
-            config: self.clone(),
+            name: Arc::clone(&self.name),
+            settings: Settings::clone(&self.settings),
         }
     }
 
@@ -85,58 +104,59 @@ impl Config {
 
     /// The trip policy.
     pub fn trip(&self) -> &TripPolicy {
-        &self.trip
+        &self.settings.trip
     }
 
     /// The first open period.
     pub fn cooldown(&self) -> Duration {
-        self.cooldown
+        Duration::from_nanos(self.settings.cooldown_ns)
     }
 
     /// The floor under every open period.
     pub fn min_open(&self) -> Duration {
-        self.min_open
+        Duration::from_nanos(self.settings.min_open_ns)
     }
 
     /// The cap on every open period and on retry-after hints.
     pub fn max_open(&self) -> Duration {
-        self.max_open
+        Duration::from_nanos(self.settings.max_open_ns)
     }
 
     /// The factor the open period grows by on each failed probe.
     pub fn backoff(&self) -> f64 {
-        self.backoff
+        self.settings.backoff
     }
 
     /// The largest share by which jitter lengthens an open period.
     pub fn jitter(&self) -> f64 {
-        self.jitter
+        self.settings.jitter
     }
 
     /// Probe calls allowed in flight at once while half-open.
     pub fn probes(&self) -> u32 {
-        self.probes
+        self.settings.probes
     }
 
     /// Probe successes needed to close.
     pub fn successes_to_close(&self) -> u32 {
-        self.successes_to_close
+        self.settings.successes_to_close
     }
 
     /// How long a probe may run before it counts as a failure.
     pub fn probe_timeout(&self) -> Option<Duration> {
-        self.probe_timeout
+        (self.settings.probe_timeout_ns != u64::MAX)
+            .then(|| Duration::from_nanos(self.settings.probe_timeout_ns))
     }
 
     /// With active probing, the time between probes.
     pub fn probe_interval(&self) -> Duration {
-        self.probe_interval
+        Duration::from_nanos(self.settings.probe_interval_ns)
     }
 
     /// Whether a failure that announces a retry-after opens the breaker at
     /// once.
     pub fn trip_on_pushback(&self) -> bool {
-        self.trip_on_pushback
+        self.settings.trip_on_pushback
     }
 
     /// A preset for a model router in front of LLM providers: three
@@ -166,14 +186,15 @@ impl Config {
     /// trip), before jitter and hints: `cooldown * backoff^attempt`, capped by
     /// `max_open`, never below `min_open`.
     pub fn open_period(&self, attempt: u32) -> Duration {
-        let grown =
-            self.cooldown.as_secs_f64() * self.backoff.powi(attempt.min(i32::MAX as u32) as i32);
+        let (max_open, min_open) = (self.max_open(), self.min_open());
+        let grown = self.cooldown().as_secs_f64()
+            * self.backoff().powi(attempt.min(i32::MAX as u32) as i32);
         let capped = if grown.is_finite() {
-            Duration::from_secs_f64(grown.min(self.max_open.as_secs_f64()))
+            Duration::from_secs_f64(grown.min(max_open.as_secs_f64()))
         } else {
-            self.max_open
+            max_open
         };
-        capped.clamp(self.min_open, self.max_open)
+        capped.clamp(min_open, max_open)
     }
 }
 
@@ -181,16 +202,24 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             name: Arc::from("default"),
+            settings: Arc::new(Settings::default()),
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
             trip: TripPolicy::default(),
-            cooldown: Duration::from_secs(30),
-            min_open: Duration::ZERO,
-            max_open: Duration::from_secs(300),
+            cooldown_ns: nanos(Duration::from_secs(30)),
+            min_open_ns: 0,
+            max_open_ns: nanos(Duration::from_secs(300)),
             backoff: 2.0,
             jitter: 0.0,
             probes: 1,
             successes_to_close: 1,
-            probe_timeout: Some(Duration::from_secs(60)),
-            probe_interval: Duration::from_secs(5),
+            probe_timeout_ns: nanos(Duration::from_secs(60)),
+            probe_interval_ns: nanos(Duration::from_secs(5)),
             trip_on_pushback: false,
         }
     }
@@ -200,45 +229,46 @@ impl Default for Config {
 /// and returns a [`ConfigError`] naming the first bad field.
 #[derive(Clone, Debug)]
 pub struct ConfigBuilder {
-    config: Config,
+    name: Arc<str>,
+    settings: Settings,
 }
 
 impl ConfigBuilder {
     /// Names the breaker (default `"default"`).
     pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
-        self.config.name = name.into();
+        self.name = name.into();
         self
     }
 
     /// Sets the trip policy (default: 5 consecutive failures).
     pub fn trip(mut self, policy: impl Into<TripPolicy>) -> Self {
-        self.config.trip = policy.into();
+        self.settings.trip = policy.into();
         self
     }
 
     /// Sets the first open period (default 30 s).
     pub fn cooldown(mut self, period: Duration) -> Self {
-        self.config.cooldown = period;
+        self.settings.cooldown_ns = nanos(period);
         self
     }
 
     /// Sets the floor under every open period (default 0).
     pub fn min_open(mut self, period: Duration) -> Self {
-        self.config.min_open = period;
+        self.settings.min_open_ns = nanos(period);
         self
     }
 
     /// Sets the cap on every open period and on retry-after hints
     /// (default 5 min).
     pub fn max_open(mut self, period: Duration) -> Self {
-        self.config.max_open = period;
+        self.settings.max_open_ns = nanos(period);
         self
     }
 
     /// Sets the growth factor applied on each failed probe (default 2.0;
     /// 1.0 keeps the period fixed).
     pub fn backoff(mut self, factor: f64) -> Self {
-        self.config.backoff = factor;
+        self.settings.backoff = factor;
         self
     }
 
@@ -247,34 +277,34 @@ impl ConfigBuilder {
     /// Jitter never shortens a period: `cooldown` stays the least time
     /// before the first probe, and `max_open` still caps the result.
     pub fn jitter(mut self, share: f64) -> Self {
-        self.config.jitter = share;
+        self.settings.jitter = share;
         self
     }
 
     /// Sets how many probes may be in flight at once while half-open
     /// (default 1; 0 is an error).
     pub fn probes(mut self, probes: u32) -> Self {
-        self.config.probes = probes;
+        self.settings.probes = probes;
         self
     }
 
     /// Sets how many probe successes close the breaker (default 1).
     pub fn successes_to_close(mut self, successes: u32) -> Self {
-        self.config.successes_to_close = successes;
+        self.settings.successes_to_close = successes;
         self
     }
 
     /// Sets how long a probe may run before it counts as a failure
     /// (default 60 s); `None` lets probes run as long as they like.
     pub fn probe_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.config.probe_timeout = timeout;
+        self.settings.probe_timeout_ns = timeout.map_or(u64::MAX, nanos);
         self
     }
 
     /// Sets the time between probes when the breaker
     /// [probes actively](crate::Breaker::probe_actively) (default 5 s).
     pub fn probe_interval(mut self, interval: Duration) -> Self {
-        self.config.probe_interval = interval;
+        self.settings.probe_interval_ns = nanos(interval);
         self
     }
 
@@ -283,68 +313,82 @@ impl ConfigBuilder {
     /// whatever the trip policy says: a provider that asks to come back in
     /// a minute is not worth the rest of the threshold. Off by default.
     pub fn trip_on_pushback(mut self, on: bool) -> Self {
-        self.config.trip_on_pushback = on;
+        self.settings.trip_on_pushback = on;
         self
     }
 
     /// Checks every value and returns the config.
     pub fn build(self) -> Result<Config, ConfigError> {
-        let c = self.config;
-        if c.cooldown.is_zero() {
+        let config = Config {
+            name: self.name,
+            settings: Arc::new(self.settings),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+impl Config {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let c = self;
+        let (cooldown, min_open, max_open) = (c.cooldown(), c.min_open(), c.max_open());
+        if cooldown.is_zero() {
             return Err(ConfigError::new("cooldown", "must be longer than zero"));
         }
-        if c.max_open > MAX_OPEN_LIMIT {
+        if max_open > MAX_OPEN_LIMIT {
             return Err(ConfigError::new("max_open", "must be at most 365 days"));
         }
-        if c.cooldown > c.max_open {
+        if cooldown > max_open {
             return Err(ConfigError::new(
                 "cooldown",
-                format!("must be at most max_open ({:?})", c.max_open),
+                format!("must be at most max_open ({max_open:?})"),
             ));
         }
-        if c.min_open > c.max_open {
+        if min_open > max_open {
             return Err(ConfigError::new(
                 "min_open",
-                format!("must be at most max_open ({:?})", c.max_open),
+                format!("must be at most max_open ({max_open:?})"),
             ));
         }
-        if !(c.backoff.is_finite() && (1.0..=1000.0).contains(&c.backoff)) {
+        let backoff = c.backoff();
+        if !(backoff.is_finite() && (1.0..=1000.0).contains(&backoff)) {
             return Err(ConfigError::new(
                 "backoff",
-                format!("must be between 1.0 and 1000.0, got {}", c.backoff),
+                format!("must be between 1.0 and 1000.0, got {backoff}"),
             ));
         }
-        if !(c.jitter >= 0.0 && c.jitter < 1.0) {
+        let jitter = c.jitter();
+        if !(0.0..1.0).contains(&jitter) {
             return Err(ConfigError::new(
                 "jitter",
-                format!("must be in [0, 1), got {}", c.jitter),
+                format!("must be in [0, 1), got {jitter}"),
             ));
         }
-        if c.probes == 0 || c.probes > MAX_COUNT {
+        if c.probes() == 0 || c.probes() > MAX_COUNT {
             return Err(ConfigError::new(
                 "probes",
                 format!("must be between 1 and {MAX_COUNT}"),
             ));
         }
-        if c.successes_to_close == 0 || c.successes_to_close > MAX_COUNT {
+        if c.successes_to_close() == 0 || c.successes_to_close() > MAX_COUNT {
             return Err(ConfigError::new(
                 "successes_to_close",
                 format!("must be between 1 and {MAX_COUNT}"),
             ));
         }
-        if c.probe_interval.is_zero() || c.probe_interval > MAX_OPEN_LIMIT {
+        let probe_interval = c.probe_interval();
+        if probe_interval.is_zero() || probe_interval > MAX_OPEN_LIMIT {
             return Err(ConfigError::new(
                 "probe_interval",
                 "must be longer than zero and at most 365 days",
             ));
         }
-        if c.probe_timeout == Some(Duration::ZERO) {
+        if c.probe_timeout() == Some(Duration::ZERO) {
             return Err(ConfigError::new(
                 "probe_timeout",
                 "must be longer than zero",
             ));
         }
-        c.trip.validate("trip")?;
-        Ok(c)
+        c.trip().validate("trip")
     }
 }

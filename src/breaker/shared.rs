@@ -202,7 +202,7 @@ impl Shared {
 
     fn new(config: Config, me: Weak<Shared>) -> Self {
         crate::events::created(&config.name);
-        let policy = PolicyState::new(&config.trip);
+        let policy = PolicyState::new(config.trip());
         Shared {
             name: Arc::clone(&config.name),
             tuning: Tuning::default(),
@@ -256,17 +256,17 @@ impl Shared {
 
     fn tune(&self, book: &mut Book, config: &Config) {
         let t = &self.tuning;
-        t.probes.store(config.probes, Ordering::Relaxed);
+        t.probes.store(config.probes(), Ordering::Relaxed);
         t.max_open_ms
-            .store(millis_up(config.max_open), Ordering::Relaxed);
+            .store(millis_up(config.max_open()), Ordering::Relaxed);
         t.probe_timeout
-            .store(config.probe_timeout.is_some(), Ordering::Relaxed);
+            .store(config.probe_timeout().is_some(), Ordering::Relaxed);
         self.hot
             .needs_latency
-            .store(config.trip.needs_latency(), Ordering::Relaxed);
+            .store(config.trip().needs_latency(), Ordering::Relaxed);
         t.needs_clock
-            .store(config.trip.needs_clock(), Ordering::Relaxed);
-        let slow_ns = config.trip.slow_threshold().map_or(u64::MAX, |d| {
+            .store(config.trip().needs_clock(), Ordering::Relaxed);
+        let slow_ns = config.trip().slow_threshold().map_or(u64::MAX, |d| {
             u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
         });
         t.slow_ns.store(slow_ns, Ordering::Relaxed);
@@ -274,8 +274,8 @@ impl Shared {
         if book.tallies {
             self.tally.get_or_init(|| Box::new(Tally::new()));
         }
-        let slots = if config.probe_timeout.is_some() {
-            config.probes as usize
+        let slots = if config.probe_timeout().is_some() {
+            config.probes() as usize
         } else {
             0
         };
@@ -290,9 +290,9 @@ impl Shared {
     pub(crate) fn reconfigure(&self, mut config: Config) {
         config.name = Arc::clone(&self.name);
         let mut book = self.lock();
-        if book.config.trip != config.trip {
+        if book.config.trip() != config.trip() {
             self.discard_tally(&mut book);
-            book.policy = PolicyState::new(&config.trip);
+            book.policy = PolicyState::new(config.trip());
         }
         self.tune(&mut book, &config);
         book.config = config;

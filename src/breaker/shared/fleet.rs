@@ -97,7 +97,7 @@ impl Shared {
             now
         };
         let latest = since
-            .saturating_add(crate::millis::millis_up(book.config.max_open))
+            .saturating_add(crate::millis::millis_up(book.config.max_open()))
             .saturating_add(hold_ms);
         if now >= latest {
             return false;

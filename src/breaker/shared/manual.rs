@@ -41,7 +41,7 @@ impl Shared {
         loop {
             let next = match (command, w.tag()) {
                 (Command::ForceOpen(Some(period)), _) => {
-                    let until = now.saturating_add(millis_up(period.min(book.config.max_open)));
+                    let until = now.saturating_add(millis_up(period.min(book.config.max_open())));
                     Word::open(w.next_generation(), until)
                 }
                 (Command::ForceOpen(None), Tag::Manual) if w.manual_mode() == Manual::Isolated => {

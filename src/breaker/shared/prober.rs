@@ -109,7 +109,7 @@ impl Shared {
     }
 
     pub(crate) fn probe_interval(&self) -> Duration {
-        self.lock().config.probe_interval
+        self.lock().config.probe_interval()
     }
 
     pub(super) fn probe_interval_ms(&self) -> u64 {
@@ -117,6 +117,6 @@ impl Shared {
     }
 
     pub(crate) fn probe_timeout(&self) -> Option<Duration> {
-        self.lock().config.probe_timeout
+        self.lock().config.probe_timeout()
     }
 }

@@ -105,7 +105,7 @@ impl Shared {
         }
         let mut book = self.lock();
         // A reload in between changes the generation: the swap below fails.
-        let Some(timeout) = book.config.probe_timeout else {
+        let Some(timeout) = book.config.probe_timeout() else {
             self.cas(w, next)?;
             self.counters.probes.fetch_add(1, Ordering::Relaxed);
             return Ok(Permit::new(Arc::clone(self), w.generation(), None));
@@ -151,7 +151,7 @@ impl Shared {
             return self.is_half_open_in(generation);
         };
         let mut book = self.lock();
-        let Some(timeout) = book.config.probe_timeout else {
+        let Some(timeout) = book.config.probe_timeout() else {
             return false;
         };
         if !self.is_half_open_in(generation) {
@@ -245,7 +245,7 @@ impl Shared {
             self.publish_probe_deadline(&book);
         }
         self.fleet_probe_succeeded(&book);
-        if w.successes() + 1 < book.config.successes_to_close {
+        if w.successes() + 1 < book.config.successes_to_close() {
             self.lower_in_flight(generation, 1);
             drop(book);
             self.clones.wake_all();

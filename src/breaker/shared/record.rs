@@ -194,8 +194,8 @@ impl Shared {
         // An upstream that announced when to come back is not worth the
         // rest of the threshold, when so configured.
         let pushback = match hint {
-            Some(hint) if failure && book.config.trip_on_pushback => Some(TripReason::Pushback {
-                retry_after: hint.min(book.config.max_open),
+            Some(hint) if failure && book.config.trip_on_pushback() => Some(TripReason::Pushback {
+                retry_after: hint.min(book.config.max_open()),
             }),
             _ => None,
         };
@@ -239,7 +239,7 @@ impl Shared {
 
     pub(super) fn note_hint(&self, book: &mut Book, hint: Option<Duration>, now: u64) {
         if let Some(hint) = hint {
-            let capped = millis_up(hint.min(book.config.max_open));
+            let capped = millis_up(hint.min(book.config.max_open()));
             let until = now.saturating_add(capped);
             book.hint_until_ms = Some(book.hint_until_ms.map_or(until, |u| u.max(until)));
         }

@@ -78,17 +78,17 @@ impl Shared {
             // an interval later, not by a longer and longer wait. Users are
             // refused from the trip until the breaker closes, and the first
             // probe came after `min_open`: that floor is already kept.
-            c.probe_interval
+            c.probe_interval()
         } else {
             c.open_period(book.attempt)
         };
         // Jitter lengthens, never shortens: `cooldown` (and every period
         // after it) is the least time before a probe, as users read it and
         // as other breakers and backoffs that jitter a wait treat it.
-        if c.jitter > 0.0 {
-            let share = c.jitter * next_unit(&mut book.rng);
+        if c.jitter() > 0.0 {
+            let share = c.jitter() * next_unit(&mut book.rng);
             period = Duration::try_from_secs_f64(period.as_secs_f64() * (1.0 + share))
-                .unwrap_or(c.max_open);
+                .unwrap_or(c.max_open());
         }
         let mut until = from_ms.saturating_add(millis_up(period));
         // Read, not taken: the caller clears it once the transition is made.
@@ -96,7 +96,7 @@ impl Shared {
             until = until.max(hint);
         }
         until
-            .min(from_ms.saturating_add(millis_up(c.max_open)))
+            .min(from_ms.saturating_add(millis_up(c.max_open())))
             .min(MAX_DEADLINE_MS)
     }
 

@@ -107,15 +107,15 @@ impl Link {
     fn base(&self, config: &Config, open: Duration, attempt: u32) -> Args {
         Args {
             open_ms: millis(open),
-            min_open_ms: millis(config.min_open),
+            min_open_ms: millis(config.min_open()),
             // The record outlives its open period by `max_open` at least: a
             // fleet that stops probing forgets an outage only after that.
             keep_ms: millis(open)
-                .saturating_add(millis(config.max_open.max(Duration::from_secs(60))))
+                .saturating_add(millis(config.max_open().max(Duration::from_secs(60))))
                 .saturating_add(millis(self.settings.probe_lease)),
             attempt,
             lease_ms: millis(self.settings.probe_lease),
-            successes: config.successes_to_close,
+            successes: config.successes_to_close(),
             ..Args::default()
         }
     }
@@ -123,7 +123,7 @@ impl Link {
     fn threshold(&self, config: &Config) -> Option<u32> {
         self.settings
             .failures_to_open
-            .or_else(|| consecutive_threshold(&config.trip))
+            .or_else(|| consecutive_threshold(config.trip()))
     }
 }
 
