@@ -81,7 +81,7 @@
 //! while half-open (both admit every call then), so they have no
 //! `half_open/*` row.
 //!
-//! `cargo bench --bench hot_path` runs criterion on every single-thread
+//! `cargo bench -p tower-circuit-breaker-hot-path` runs criterion on every single-thread
 //! scenario, then prints two summary tables. The first gives nanoseconds
 //! per call (the minimum over several rounds, timed here rather than read
 //! back from criterion), nanoseconds added over `bare`, heap allocations
@@ -90,11 +90,11 @@
 //! two-thread figures (best of a few rounds), and a note when `bare` did
 //! not scale (other work on the cores makes them unreliable). With
 //! `HOT_PATH_QUICK=1` criterion is skipped and the tables come from fewer
-//! rounds, in a few seconds. Run as a test (`cargo test --benches`), every scenario is only
+//! rounds, in a few seconds. Run as a test (`cargo test -p tower-circuit-breaker-hot-path --benches`, or `cargo test --workspace --benches`), every scenario is only
 //! checked, with a handful of calls, because an unoptimised build says
 //! nothing about speed.
 
-#[path = "common/driver.rs"]
+#[path = "../common/driver.rs"]
 mod driver;
 
 use driver::{call_once, drive, noop_waker, not_ready};
