@@ -136,8 +136,8 @@
 //!
 //! `cargo bench -p tower-circuit-breaker-hot-path` runs criterion on every
 //! single-thread row, then prints the tables. The first gives nanoseconds
-//! per operation (the minimum over several rounds, the rows taking turns
-//! within a round, timed here rather than read back from criterion),
+//! per operation (the minimum over many short runs, the rows taking turns,
+//! timed here rather than read back from criterion; and the median run),
 //! nanoseconds added over the row's baseline, allocations and bytes
 //! allocated per operation, the added cost in `Arc` round trips, and the
 //! added cost divided by that of the `vs` row (for a peer, this crate's:
@@ -223,8 +223,8 @@ fn main() {
         (
             Rounds {
                 mode: "quick",
-                rounds: 3,
-                calls: 200_000,
+                rounds: 40,
+                calls: 10_000,
                 alloc_calls: 100_000,
             },
             ThreadRounds {
@@ -239,8 +239,8 @@ fn main() {
         (
             Rounds {
                 mode: "full",
-                rounds: 7,
-                calls: 2_000_000,
+                rounds: 200,
+                calls: 20_000,
                 alloc_calls: 100_000,
             },
             ThreadRounds {

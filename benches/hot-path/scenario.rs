@@ -205,28 +205,34 @@ pub fn ratio(added: f64, to: Option<f64>) -> String {
     }
 }
 
-/// Times every row (the minimum over `rounds` rounds of `calls` calls, the
-/// rows taking turns within each round so that a slow spell of the machine
-/// is shared), then counts each row's allocations in a run of its own, and
-/// prints the table.
+/// Times every row (the minimum over `rounds` short runs of `calls` calls,
+/// the rows taking turns within each round so that a slow spell of the
+/// machine is shared, and short enough that some runs go by without
+/// another process taking the core), then counts each row's allocations
+/// in a run of its own, and prints the table (with each row's median run,
+/// which shows how much the machine's other work weighed).
 pub fn summarize(scenarios: &mut [Scenario], rounds: &Rounds) {
     for scenario in scenarios.iter_mut() {
-        scenario.run(rounds.calls / 10 + 1);
+        scenario.run(rounds.calls);
     }
-    let mut best = vec![Duration::MAX; scenarios.len()];
+    let mut runs = vec![Vec::with_capacity(rounds.rounds as usize); scenarios.len()];
     for _ in 0..rounds.rounds {
-        for (scenario, best) in scenarios.iter_mut().zip(&mut best) {
-            *best = (*best).min(scenario.run(rounds.calls));
+        for (scenario, runs) in scenarios.iter_mut().zip(&mut runs) {
+            runs.push(scenario.run(rounds.calls));
         }
     }
     let allocs: Vec<Tally> = scenarios
         .iter_mut()
         .map(|scenario| scenario.run_counted(rounds.alloc_calls))
         .collect();
-    let ns: Vec<f64> = best
-        .iter()
-        .map(|d| d.as_nanos() as f64 / rounds.calls as f64)
-        .collect();
+    let per_call = |d: Duration| d.as_nanos() as f64 / rounds.calls as f64;
+    let (ns, median): (Vec<f64>, Vec<f64>) = runs
+        .iter_mut()
+        .map(|runs| {
+            runs.sort_unstable();
+            (per_call(runs[0]), per_call(runs[runs.len() / 2]))
+        })
+        .unzip();
 
     let index = |name: &str| scenarios.iter().position(|s| s.name == name);
     let added = |i: usize| -> Option<f64> {
@@ -239,7 +245,7 @@ pub fn summarize(scenarios: &mut [Scenario], rounds: &Rounds) {
 
     println!();
     println!(
-        "hot path summary ({}): min of {} rounds x {} calls; allocations over {} calls",
+        "hot path summary ({}): min (and median) of {} runs x {} calls; allocations over {} calls",
         rounds.mode, rounds.rounds, rounds.calls, rounds.alloc_calls
     );
     println!(
@@ -253,17 +259,26 @@ pub fn summarize(scenarios: &mut [Scenario], rounds: &Rounds) {
             println!();
             println!("{}", scenario.caller.heading());
             println!(
-                "{:<44} {:>9} {:>9} {:>10} {:>10} {:>9}  {:<32} {:>7}",
-                "scenario", "ns/op", "+ns", "allocs/op", "bytes/op", "x arc rt", "vs", "x vs"
+                "{:<44} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9}  {:<32} {:>7}",
+                "scenario",
+                "ns/op",
+                "median",
+                "+ns",
+                "allocs/op",
+                "bytes/op",
+                "x arc rt",
+                "vs",
+                "x vs"
             );
         }
         let plus = added(i);
         let versus = scenario.versus.as_deref().and_then(index).and_then(added);
         let calls = rounds.alloc_calls as f64;
         println!(
-            "{:<44} {:>9.2} {:>9} {:>10.2} {:>10.1} {:>9}  {:<32} {:>7}",
+            "{:<44} {:>9.2} {:>9.2} {:>9} {:>10.2} {:>10.1} {:>9}  {:<32} {:>7}",
             scenario.name,
             ns[i],
+            median[i],
             plus.map_or(String::new(), |p| format!("{p:.2}")),
             allocs[i].allocations as f64 / calls,
             allocs[i].allocated as f64 / calls,
