@@ -7,7 +7,7 @@
 //! Two studies:
 //!
 //! 1. **Closed-path cost.** One always-ready inner service (its future is
-//!    `std::future::ready`), driven by the loop of `benches/hot_path.rs`
+//!    `std::future::ready`), driven by the loop of the hot-path bench
 //!    (`poll_ready`, `call`, one poll of the response future with a no-op
 //!    waker): bare, behind an in-process breaker (default config), and
 //!    behind a breaker with the same config attached to a [`RedisStore`]
@@ -451,7 +451,7 @@ fn main() {
     let server = LocalRedis::start().unwrap_or_else(|e| panic!("{e}"));
     // The stores' tasks and the probe study's instances run here; the
     // closed-path loop runs on the main thread, in its context (as
-    // `benches/hot_path.rs` runs every scenario in a runtime's context).
+    // the hot-path bench runs every scenario in a runtime's context).
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

@@ -1,5 +1,6 @@
-//! The call loop every hot-path measurement shares: readiness, call, and
-//! one poll of the response future, with a waker that does nothing.
+//! The stack-pinned call loop the hot-path and fleet benches share:
+//! readiness, call, and one poll of the response future pinned on the
+//! stack, with a waker that does nothing.
 
 use std::future::Future;
 use std::hint::black_box;

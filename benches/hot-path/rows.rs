@@ -1,0 +1,265 @@
+//! The single-thread rows, in the order the summary prints them: calls
+//! from an async caller first (keyed calls as the registry grows among
+//! them), then a clone per request, the stack-pinned calls, and the
+//! references.
+
+use std::fmt;
+use std::future::ready;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tower::load_shed::LoadShed;
+use tower::timeout::Timeout;
+use tower::{service_fn, BoxError, Layer, Service};
+use tower_circuit_breaker::policy::{
+    Adaptive, ConsecutiveFailures, CountWindow, SlowCalls, TimeWindow,
+};
+use tower_circuit_breaker::registry::{KeyedLayer, Registry};
+use tower_circuit_breaker::{Breaker, CircuitBreaker, CircuitOpen, Config, Readiness, State};
+
+use crate::keyed;
+use crate::peers;
+use crate::scenario::{breaker_in, Caller, Scenario};
+use crate::services::{
+    config, expect_refused, expect_served, inner, inner_boxed, trip, ArcRoundTrip, BenchError,
+    Refusal, HOUR,
+};
+
+/// Every single-thread row.
+pub fn scenarios() -> Vec<Scenario> {
+    let mut rows = breaker_rows(Caller::Async);
+    rows.extend(keyed::growth());
+    rows.extend(clone_rows(Caller::Oneshot));
+    rows.extend(clone_rows(Caller::CloneDrop));
+    rows.extend(breaker_rows(Caller::Stack));
+    rows.extend(references());
+    rows
+}
+
+/// A breaker, closed, in front of `inner`, checked to serve a call.
+fn closed<S, E>(
+    caller: Caller,
+    name: &str,
+    config: Config,
+    readiness: Readiness,
+    inner: S,
+) -> Scenario
+where
+    S: Service<u64, Response = u64, Error = E> + Clone + 'static,
+    E: From<CircuitOpen> + fmt::Debug,
+{
+    let full = format!("{}{name}", caller.prefix());
+    let breaker = Breaker::new(config);
+    let mut svc = CircuitBreaker::new(inner, &breaker).readiness(readiness);
+    assert_eq!(breaker.state(), State::Closed, "{full}: a new breaker");
+    expect_served(&full, &mut svc);
+    Scenario::new(caller, name, svc, breaker_in(&full, breaker, State::Closed))
+}
+
+/// A breaker, open for an hour, in front of `inner`, checked to refuse a
+/// call. It is tripped by one failure through a second service on the same
+/// breaker, whose inner service always fails, so that the measured service
+/// wraps exactly the inner service of the other rows.
+fn rejected<S, E>(caller: Caller, name: &str, inner: S, failure: fn() -> E) -> Scenario
+where
+    S: Service<u64, Response = u64, Error = E> + Clone + 'static,
+    E: From<CircuitOpen> + Refusal + 'static,
+{
+    let full = format!("{}{name}", caller.prefix());
+    let config = Config::builder()
+        .name(name)
+        .trip(ConsecutiveFailures::new(1))
+        .cooldown(HOUR)
+        .max_open(HOUR)
+        .build()
+        .expect("valid benchmark config");
+    let breaker = Breaker::new(config);
+    trip(
+        &full,
+        &mut CircuitBreaker::new(
+            service_fn(move |_: u64| ready(Err::<u64, E>(failure()))),
+            &breaker,
+        ),
+    );
+    assert_eq!(breaker.state(), State::Open, "{full}: after one failure");
+
+    let mut svc = CircuitBreaker::new(inner, &breaker);
+    expect_refused(&full, &mut svc);
+    Scenario::new(caller, name, svc, breaker_in(&full, breaker, State::Open))
+}
+
+/// This crate and the peers, closed and open, with a typed error and with
+/// `BoxError`, called by `caller`.
+fn breaker_rows(caller: Caller) -> Vec<Scenario> {
+    let fail_fast = Readiness::FailFast;
+    let ours = vec![
+        closed(
+            caller,
+            "closed/consecutive",
+            Config::default(),
+            fail_fast,
+            inner(),
+        ),
+        closed(
+            caller,
+            "closed/gate",
+            Config::default(),
+            Readiness::Gate,
+            inner(),
+        ),
+        closed(
+            caller,
+            "closed/count_window",
+            config("closed/count_window", CountWindow::new(5, 20)),
+            fail_fast,
+            inner(),
+        ),
+        closed(
+            caller,
+            "closed/time_window",
+            config(
+                "closed/time_window",
+                TimeWindow::new(Duration::from_secs(10)),
+            ),
+            fail_fast,
+            inner(),
+        ),
+        closed(
+            caller,
+            "closed/slow_calls",
+            config("closed/slow_calls", SlowCalls::new(Duration::from_secs(1))),
+            fail_fast,
+            inner(),
+        ),
+        closed(
+            caller,
+            "closed/adaptive",
+            config("closed/adaptive", Adaptive::new()),
+            fail_fast,
+            inner(),
+        ),
+        rejected(caller, "rejected", inner(), || BenchError::Failed),
+    ];
+    let boxed = vec![
+        Scenario::new(caller, "boxed/bare", inner_boxed(), |_| {}),
+        closed(
+            caller,
+            "boxed/closed/consecutive",
+            Config::default(),
+            fail_fast,
+            inner_boxed(),
+        )
+        .over("boxed/bare"),
+        closed(
+            caller,
+            "boxed/closed/gate",
+            Config::default(),
+            Readiness::Gate,
+            inner_boxed(),
+        )
+        .over("boxed/bare"),
+        rejected(caller, "boxed/rejected", inner_boxed(), || {
+            BoxError::from("down")
+        })
+        .over("boxed/bare"),
+    ];
+    let bare = Scenario::new(caller, "bare", inner(), |_| {});
+    std::iter::once(bare)
+        .chain(ours.into_iter().map(|row| row.over("bare")))
+        .chain(peers::closed(
+            caller,
+            "peer/closed",
+            inner,
+            "bare",
+            "closed/consecutive",
+        ))
+        .chain(peers::rejected(caller, "peer/rejected", "bare", "rejected"))
+        .chain(boxed)
+        .chain(peers::closed(
+            caller,
+            "boxed/peer/closed",
+            inner_boxed,
+            "boxed/bare",
+            "boxed/closed/consecutive",
+        ))
+        .collect()
+}
+
+/// A clone per request (`Caller::Oneshot`), or a clone dropped at once
+/// (`Caller::CloneDrop`): the bare service, a service holding one `Arc`
+/// (the unit), this crate closed (default policy), a keyed service, and
+/// each peer closed.
+fn clone_rows(caller: Caller) -> Vec<Scenario> {
+    const OURS: &str = "tower-circuit-breaker";
+    let arc = ArcRoundTrip {
+        shared: Arc::new(0),
+    };
+    // Four keys of a registry of 1,000: a clone made for one request
+    // remembers none of them, so each request asks the registry.
+    let registry = Registry::<u64>::builder()
+        .default_config(Config::default())
+        .max_keys(1_000)
+        .build();
+    for key in 0..1_000 {
+        registry.get(&key).expect("room for every key");
+    }
+    let mut keyed = KeyedLayer::new(registry, |req: &u64| req % 4).layer(inner());
+    expect_served(&format!("{}keyed", caller.prefix()), &mut keyed);
+
+    vec![
+        Scenario::new(caller, "bare", inner(), |_| {}),
+        Scenario::new(caller, "reference/arc", arc, |_| {}).over("bare"),
+        closed(
+            caller,
+            OURS,
+            Config::default(),
+            Readiness::FailFast,
+            inner(),
+        )
+        .over("bare"),
+        Scenario::new(caller, "keyed/1k_keys/4_keys", keyed, |_| {})
+            .over("bare")
+            .versus(OURS),
+    ]
+    .into_iter()
+    .chain(peers::closed(caller, "peer", inner, "bare", OURS))
+    .collect()
+}
+
+/// For scale, stack-pinned: `tower::load_shed` and `tower::timeout`, the
+/// reference-count round trip, and a read of tokio's clock.
+fn references() -> Vec<Scenario> {
+    let mut load_shed = LoadShed::new(inner());
+    expect_served("reference/load_shed", &mut load_shed);
+    let mut timeout = Timeout::new(inner(), HOUR);
+    expect_served("reference/timeout", &mut timeout);
+    let stack = Caller::Stack;
+    vec![
+        // Both accept any inner error that converts into `BoxError`, so they
+        // wrap the very inner service the breaker rows use; their own error
+        // type is `BoxError`, which matters only on failure.
+        Scenario::new(stack, "reference/load_shed", load_shed, |_| {}),
+        Scenario::new(stack, "reference/timeout", timeout, |_| {}),
+        Scenario::new(
+            stack,
+            "reference/arc_round_trip",
+            ArcRoundTrip {
+                shared: Arc::new(0),
+            },
+            |_| {},
+        ),
+        Scenario::new(
+            stack,
+            "reference/clock_read",
+            service_fn(|x: u64| {
+                black_box(tokio::time::Instant::now());
+                ready(Ok::<u64, BenchError>(x))
+            }),
+            |_| {},
+        ),
+    ]
+    .into_iter()
+    .map(|row| row.over("bare"))
+    .collect()
+}
