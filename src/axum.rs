@@ -82,10 +82,11 @@ mod tests {
     use http::StatusCode;
 
     use super::*;
+    use crate::error::Name;
     use crate::State;
 
     fn refusal(name: &str, retry_after_ms: u64) -> CircuitOpen {
-        CircuitOpen::new(Arc::from(name), retry_after_ms, State::Open)
+        CircuitOpen::new(Name::new(&Arc::from(name)), retry_after_ms, State::Open)
     }
 
     fn retry_after<B>(response: &http::Response<B>) -> &str {

@@ -28,18 +28,59 @@ use crate::events::State;
 /// Services with a typed error enum get it through `From<CircuitOpen>`.
 #[derive(Clone, Debug)]
 pub struct CircuitOpen {
-    // The name as a reference to an allocation the refusing service clone
-    // keeps for itself: 16 bytes, so that a `Result` holding a rejection
-    // stays small to move, and a refusal's reference count lives on a
-    // cache line no other clone writes (a clone serving one request refers
-    // to the breaker's own).
-    name: Arc<str>,
+    name: Name,
     retry_after_ms: u64,
     state: State,
 }
 
+/// The longest name a rejection carries by value.
+const INLINE_NAME: usize = 22;
+
+/// A breaker's name as a rejection carries it, in 24 bytes: a name of up to
+/// 22 bytes by value, so that refusing a call touches no reference count
+/// (which another thread may be touching too); a longer one by reference to
+/// the refusing service clone's own copy (the breaker's, for a clone
+/// serving one request). Small, so that a `Result` holding a rejection is
+/// cheap to move.
+#[derive(Clone)]
+pub(crate) enum Name {
+    Inline { len: u8, bytes: [u8; INLINE_NAME] },
+    Shared(Arc<str>),
+}
+
+impl Name {
+    /// `name`, copied when short, referred to when long.
+    #[inline]
+    pub(crate) fn new(name: &Arc<str>) -> Self {
+        match u8::try_from(name.len()) {
+            Ok(len) if name.len() <= INLINE_NAME => {
+                let mut bytes = [0; INLINE_NAME];
+                bytes[..name.len()].copy_from_slice(name.as_bytes());
+                Name::Inline { len, bytes }
+            }
+            _ => Name::Shared(Arc::clone(name)),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // The bytes are a whole `str` copied in `new`: always valid.
+            Name::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or("")
+            }
+            Name::Shared(name) => name,
+        }
+    }
+}
+
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
 impl CircuitOpen {
-    pub(crate) fn new(name: Arc<str>, retry_after_ms: u64, state: State) -> Self {
+    pub(crate) fn new(name: Name, retry_after_ms: u64, state: State) -> Self {
         CircuitOpen {
             name,
             retry_after_ms,
@@ -61,7 +102,7 @@ impl CircuitOpen {
 
     /// The name of the breaker that refused the call.
     pub fn breaker(&self) -> &str {
-        &self.name
+        self.name.as_str()
     }
 
     /// The state the breaker was in when it refused: [`State::Open`] or
@@ -132,7 +173,7 @@ impl fmt::Display for CircuitOpen {
         write!(
             f,
             "circuit breaker `{}` is {}; retry after {} ms",
-            &self.name,
+            self.name.as_str(),
             match self.state {
                 State::HalfOpen => "half-open with every probe in flight",
                 _ => "open",

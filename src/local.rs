@@ -23,14 +23,16 @@ use crate::sync::{fence, AtomicU64, Ordering};
 
 use crate::breaker::clones::CloneCounts;
 use crate::breaker::shared::Shared;
+use crate::error::Name;
 
 /// What one service clone needs, held privately by that clone.
 pub(crate) struct Local<C> {
     pub(crate) shared: Arc<Shared>,
-    /// The breaker's name as this clone's rejections carry it: a copy of
-    /// its own, so that their reference counts touch no line another clone
-    /// writes.
-    pub(crate) name: Arc<str>,
+    /// The breaker's name as this clone's rejections carry it, made once: a
+    /// short name by value, a long one by reference to a copy of this
+    /// clone's own, so that its reference count is on no line another
+    /// clone writes.
+    pub(crate) name: Name,
     pub(crate) classifier: C,
     refs: AtomicU64,
 }
@@ -64,7 +66,7 @@ unsafe impl<C: Send + Sync> Sync for Lease<C> {}
 
 impl<C> Owner<C> {
     pub(crate) fn new(shared: Arc<Shared>, classifier: C) -> Self {
-        let name = Arc::from(&**shared.name());
+        let name = Name::new(&Arc::from(&**shared.name()));
         let (counts, slot) = shared.clones.register();
         let local = Box::new(Local {
             shared,

@@ -16,7 +16,7 @@ use crate::breaker::shared::Shared;
 use crate::breaker::state::{Tag, Word};
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures};
-use crate::error::CircuitOpen;
+use crate::error::{CircuitOpen, Name};
 use crate::future::{Hold, Record, ResponseFuture};
 use crate::local::Owner;
 use crate::State;
@@ -266,11 +266,11 @@ impl<C> Handle<C> {
         let name = match &self.own {
             Some(owner) => {
                 owner.counts.rejected();
-                Arc::clone(&owner.name)
+                owner.name.clone()
             }
             None => {
                 self.shared.count_call(false);
-                Arc::clone(self.shared.name())
+                Name::new(self.shared.name())
             }
         };
         CircuitOpen::new(name, retry_after_ms, state)

@@ -215,10 +215,11 @@ mod tests {
 
     use super::*;
     use crate::classify::Outcome;
+    use crate::error::Name;
     use crate::State;
 
     fn refusal(retry_after_ms: u64) -> CircuitOpen {
-        CircuitOpen::new(Arc::from("search"), retry_after_ms, State::Open)
+        CircuitOpen::new(Name::new(&Arc::from("search")), retry_after_ms, State::Open)
     }
 
     fn classify(classifier: TonicClassifier, status: &Status) -> Verdict {

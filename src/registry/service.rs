@@ -19,7 +19,7 @@ use crate::breaker::admission::Permit;
 use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures, Outcome, Verdict};
-use crate::error::CircuitOpen;
+use crate::error::{CircuitOpen, Name};
 use crate::future::{record, Record};
 use crate::local::{Lease, Owner};
 use crate::service::{Counts, Settled};
@@ -368,7 +368,7 @@ impl Leg {
             } => {
                 counts.count(shared, false);
                 Err(CircuitOpen::new(
-                    Arc::clone(shared.name()),
+                    Name::new(shared.name()),
                     retry_after_ms,
                     state,
                 ))
