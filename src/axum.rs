@@ -86,7 +86,11 @@ mod tests {
     use crate::State;
 
     fn refusal(name: &str, retry_after_ms: u64) -> CircuitOpen {
-        CircuitOpen::new(Name::new(&Arc::from(name)), retry_after_ms, State::Open)
+        CircuitOpen::new(
+            Name::new(&Arc::from(name)),
+            tokio::time::Instant::now() + std::time::Duration::from_millis(retry_after_ms),
+            State::Open,
+        )
     }
 
     fn retry_after<B>(response: &http::Response<B>) -> &str {

@@ -5,6 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::events::State;
 
 /// The breaker refused a call without sending it: the circuit is open, or
@@ -29,7 +31,11 @@ use crate::events::State;
 #[derive(Clone, Debug)]
 pub struct CircuitOpen {
     name: Name,
-    retry_after_ms: u64,
+    /// When the breaker may admit a call again: [`retry_after`](Self::retry_after)
+    /// is what is left of it when asked. An instant, so that refusing a
+    /// call compares the clock with the end of the open period and does no
+    /// arithmetic on time.
+    retry_at: Instant,
     state: State,
 }
 
@@ -80,15 +86,16 @@ impl fmt::Debug for Name {
 }
 
 impl CircuitOpen {
-    pub(crate) fn new(name: Name, retry_after_ms: u64, state: State) -> Self {
+    pub(crate) fn new(name: Name, retry_at: Instant, state: State) -> Self {
         CircuitOpen {
             name,
-            retry_after_ms,
+            retry_at,
             state,
         }
     }
 
-    /// How long to wait before asking again: the rest of the open period;
+    /// How long to wait, from now, before asking again (read from the
+    /// clock, so it shrinks as time passes): the rest of the open period;
     /// when half-open with every probe in flight, the length of the open
     /// period that just ended, or the time left until those probes time
     /// out if that is sooner. Never the probe timeout's worst case: a probe
@@ -97,7 +104,7 @@ impl CircuitOpen {
     /// ([`State::ForcedOpen`]) says `max_open`, as nobody knows its end.
     /// With active probing, while half-open, the probe interval.
     pub fn retry_after(&self) -> Duration {
-        Duration::from_millis(self.retry_after_ms)
+        self.retry_at.saturating_duration_since(Instant::now())
     }
 
     /// The name of the breaker that refused the call.
@@ -146,7 +153,11 @@ impl CircuitOpen {
     /// # }
     /// ```
     pub fn to_http_response<B: Default>(&self) -> http::Response<B> {
-        let seconds = self.retry_after_ms.div_ceil(1000).max(1);
+        let seconds = self
+            .retry_after()
+            .as_nanos()
+            .div_ceil(1_000_000_000)
+            .clamp(1, u128::from(u64::MAX)) as u64;
         let mut response = http::Response::new(B::default());
         *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
         response
@@ -178,7 +189,7 @@ impl fmt::Display for CircuitOpen {
                 State::HalfOpen => "half-open with every probe in flight",
                 _ => "open",
             },
-            self.retry_after_ms
+            crate::millis::millis_up(self.retry_after())
         )
     }
 }

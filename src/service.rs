@@ -71,7 +71,7 @@ enum Reservation {
     /// Open: `call` will refuse with this, unless the state word has moved.
     Reject {
         word: u64,
-        retry_after_ms: u64,
+        retry_at: Instant,
         state: State,
     },
 }
@@ -192,6 +192,10 @@ struct Handle<C> {
     /// never makes it): the clone's own counts, and the reference count its
     /// response futures take, on memory no other clone writes.
     own: Option<Owner<C>>,
+    /// The open state word this clone last refused on, and the end of its
+    /// period as an instant, worked out once per period: a refusal then
+    /// reads the clock and compares.
+    open: Option<(u64, Instant)>,
     /// Whether the clone has made a call without `own`.
     called: bool,
 }
@@ -202,6 +206,7 @@ impl<C> Handle<C> {
             shared,
             classifier,
             own: None,
+            open: None,
             called: false,
         }
     }
@@ -255,8 +260,22 @@ impl<C> Handle<C> {
         }
     }
 
+    /// When open word `word`'s period ends, if it is open and shadow mode
+    /// is off (see [`Shared::open_period_end`]).
+    #[inline]
+    fn open_period_end(&mut self, word: Word) -> Option<Instant> {
+        match self.open {
+            Some((seen, end)) if seen == word.0 && !self.shared.is_shadow() => Some(end),
+            _ => {
+                let end = self.shared.open_period_end(word)?;
+                self.open = Some((word.0, end));
+                Some(end)
+            }
+        }
+    }
+
     /// Counts a refusal, and makes it.
-    fn refused(&mut self, retry_after_ms: u64, state: State) -> CircuitOpen
+    fn refused(&mut self, retry_at: Instant, state: State) -> CircuitOpen
     where
         C: Clone,
     {
@@ -273,7 +292,7 @@ impl<C> Handle<C> {
                 Name::new(self.shared.name())
             }
         };
-        CircuitOpen::new(name, retry_after_ms, state)
+        CircuitOpen::new(name, retry_at, state)
     }
 }
 
@@ -307,7 +326,7 @@ pub(crate) enum Settled {
         record: Record,
     },
     /// Refuse at once.
-    Refused { retry_after_ms: u64, state: State },
+    Refused { retry_at: Instant, state: State },
 }
 
 impl Settled {
@@ -330,7 +349,7 @@ impl Settled {
                 admitted(permit.generation(), Some(permit), Record::Policy)
             }
             Decision::Probe(_) => Settled::Refused {
-                retry_after_ms: 0,
+                retry_at: Instant::now(),
                 state: shared.state(),
             },
             Decision::Bypass { counted, shadowed } => {
@@ -345,13 +364,8 @@ impl Settled {
                 admitted(shared.load().generation(), None, record)
             }
             Decision::Reject {
-                retry_after_ms,
-                state,
-                ..
-            } => Settled::Refused {
-                retry_after_ms,
-                state,
-            },
+                retry_at, state, ..
+            } => Settled::Refused { retry_at, state },
         }
     }
 }
@@ -396,13 +410,15 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
         }
         // Fail-fast, open, the period not over: refuse without a decision.
         if self.mode == Readiness::FailFast && !matches!(self.ready, Reservation::Probe(_)) {
-            if let Some(retry_after_ms) = self.handle.shared.refuses_open(word) {
-                self.ready = Reservation::Reject {
-                    word: word.0,
-                    retry_after_ms,
-                    state: State::Open,
-                };
-                return Poll::Ready(Ok(()));
+            if let Some(end) = self.handle.open_period_end(word) {
+                if Instant::now() < end {
+                    self.ready = Reservation::Reject {
+                        word: word.0,
+                        retry_at: end,
+                        state: State::Open,
+                    };
+                    return Poll::Ready(Ok(()));
+                }
             }
         }
         self.poll_ready_not_closed(cx)
@@ -424,7 +440,7 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
                 // since: refuse this once; the next `poll_ready` sees closed.
                 Reservation::Reject { state, .. } => {
                     self.ready = Reservation::Unchecked;
-                    return ResponseFuture::rejected(self.handle.refused(0, state));
+                    return ResponseFuture::rejected(self.handle.refused(Instant::now(), state));
                 }
                 Reservation::Probe(_) => self.ready = Reservation::Unchecked,
             }
@@ -451,7 +467,7 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
                     Decision::Closed(_) | Decision::Bypass { .. } => Reservation::Unchecked,
                     Decision::Probe(permit) => Reservation::Probe(permit),
                     Decision::Reject {
-                        retry_after_ms,
+                        retry_at,
                         state,
                         word,
                         until_ms,
@@ -462,7 +478,7 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
                             // would discard us.
                             self.ready = Reservation::Reject {
                                 word: word.0,
-                                retry_after_ms,
+                                retry_at,
                                 state,
                             };
                             return Poll::Ready(Ok(()));
@@ -524,15 +540,19 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
         // after `poll_ready` wrote it would stall on store forwarding.
         if let Reservation::Reject {
             word: seen,
-            retry_after_ms,
+            retry_at,
             state,
         } = self.ready
         {
             // The inner service was not polled: refuse whatever the state is
             // now; if it has moved on, the next `poll_ready` will see it.
             self.ready = Reservation::Unchecked;
-            let retry_after_ms = if seen == word.0 { retry_after_ms } else { 0 };
-            return ResponseFuture::rejected(self.handle.refused(retry_after_ms, state));
+            let retry_at = if seen == word.0 {
+                retry_at
+            } else {
+                Instant::now()
+            };
+            return ResponseFuture::rejected(self.handle.refused(retry_at, state));
         }
         // `begin` confirms a reserved permit still holds and starts its
         // deadline: the probe's time runs from the call, not the reservation.
@@ -553,10 +573,9 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
                     permit,
                     record,
                 } => self.call_admitted(req, generation, permit, record),
-                Settled::Refused {
-                    retry_after_ms,
-                    state,
-                } => ResponseFuture::rejected(self.handle.refused(retry_after_ms, state)),
+                Settled::Refused { retry_at, state } => {
+                    ResponseFuture::rejected(self.handle.refused(retry_at, state))
+                }
             },
         }
     }

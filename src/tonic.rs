@@ -79,7 +79,7 @@ use tonic::{Code, Status};
 
 use crate::classify::{Classify, GrpcClassifier, Verdict};
 use crate::error::CircuitOpen;
-use crate::millis::millis;
+use crate::millis::millis_up;
 
 /// The metadata key of a gRPC retry pushback (gRFC A6).
 const PUSHBACK: &str = "grpc-retry-pushback-ms";
@@ -119,7 +119,8 @@ impl From<CircuitOpen> for Status {
     /// # }
     /// ```
     fn from(open: CircuitOpen) -> Status {
-        let delay_ms = match millis(open.retry_after()) {
+        // Rounded up: a client told to come back never comes back early.
+        let delay_ms = match millis_up(open.retry_after()) {
             0 => 1000,
             ms => ms,
         };
@@ -219,7 +220,11 @@ mod tests {
     use crate::State;
 
     fn refusal(retry_after_ms: u64) -> CircuitOpen {
-        CircuitOpen::new(Name::new(&Arc::from("search")), retry_after_ms, State::Open)
+        CircuitOpen::new(
+            Name::new(&Arc::from("search")),
+            tokio::time::Instant::now() + Duration::from_millis(retry_after_ms),
+            State::Open,
+        )
     }
 
     fn classify(classifier: TonicClassifier, status: &Status) -> Verdict {

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::shared::{Shared, Ticket};
 use super::state::Word;
 use crate::events::State;
@@ -21,7 +23,9 @@ pub(crate) enum Decision {
     Bypass { counted: bool, shadowed: bool },
     /// Refuse at once.
     Reject {
-        retry_after_ms: u64,
+        /// When to ask again: the end of the open period, or the breaker's
+        /// estimate while half-open or held.
+        retry_at: Instant,
         state: State,
         /// The state word the refusal was decided on.
         word: Word,

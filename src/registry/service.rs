@@ -362,16 +362,9 @@ impl Leg {
                 permit: permit.map(Box::new),
                 record,
             }),
-            Settled::Refused {
-                retry_after_ms,
-                state,
-            } => {
+            Settled::Refused { retry_at, state } => {
                 counts.count(shared, false);
-                Err(CircuitOpen::new(
-                    Name::new(shared.name()),
-                    retry_after_ms,
-                    state,
-                ))
+                Err(CircuitOpen::new(Name::new(shared.name()), retry_at, state))
             }
         }
     }

@@ -4,6 +4,9 @@
 //! probe permit or refuses with an honest wait.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::{Shared, Tag};
 use crate::breaker::admission::Decision;
@@ -24,38 +27,50 @@ impl Shared {
         self.admit_slow(w)
     }
 
-    /// A fail-fast refusal's common case, without building a decision:
-    /// the state word `w` is open, its period not over, and shadow mode is
-    /// off. Returns the milliseconds left; `None` sends the caller to
-    /// [`admit`](Self::admit).
+    /// When open word `w`'s period ends, for a fail-fast refusal's common
+    /// case decided without building a decision: `None` when `w` is not
+    /// open or shadow mode is on (then the caller asks [`admit`](Self::admit)).
+    /// The caller compares the clock with it: a refusal reads the clock and
+    /// compares two instants, with no arithmetic on them.
     #[inline]
-    pub(crate) fn refuses_open(&self, w: Word) -> Option<u64> {
+    pub(crate) fn open_period_end(&self, w: Word) -> Option<Instant> {
         if w.tag() != Tag::Open || self.hot.shadow.load(Ordering::Relaxed) {
             return None;
         }
-        let now = self.now_ms();
-        w.open_until_ms().checked_sub(now).filter(|&left| left > 0)
+        Some(self.instant_at(w.open_until_ms()))
     }
 
     #[cold]
     fn admit_slow(self: &Arc<Self>, mut w: Word) -> Decision {
-        let now = self.now_ms();
+        let now_at = Instant::now();
+        let now = self.ms_at(now_at);
+        let after = |ms: u64| now_at + Duration::from_millis(ms);
         loop {
             match w.tag() {
                 Tag::Closed => return Decision::Closed(w.generation()),
                 Tag::Open => {
                     if now < w.open_until_ms() {
                         let until_ms = w.open_until_ms();
-                        return self.refuse(w, State::Open, until_ms - now, Some(until_ms));
+                        return self.refuse(
+                            w,
+                            State::Open,
+                            self.instant_at(until_ms),
+                            Some(until_ms),
+                        );
                     }
                     if self.prober_running.load(Ordering::Acquire) {
                         // Its probe task, not a user's request, probes.
-                        return self.refuse(w, State::HalfOpen, self.probe_interval_ms(), None);
+                        return self.refuse(
+                            w,
+                            State::HalfOpen,
+                            after(self.probe_interval_ms()),
+                            None,
+                        );
                     }
                     w = self.enter_half_open(w).unwrap_or_else(|actual| actual);
                 }
                 Tag::HalfOpen if self.prober_running.load(Ordering::Acquire) => {
-                    return self.refuse(w, State::HalfOpen, self.probe_interval_ms(), None);
+                    return self.refuse(w, State::HalfOpen, after(self.probe_interval_ms()), None);
                 }
                 Tag::HalfOpen => {
                     // A probe past its deadline is dealt with first, whether
@@ -78,16 +93,16 @@ impl Shared {
                             }
                         }
                     }
-                    let retry_after_ms = self.half_open_wait_ms(deadline, now);
+                    let retry_at = after(self.half_open_wait_ms(deadline, now));
                     let until_ms = (deadline != u64::MAX).then_some(deadline);
-                    return self.refuse(w, State::HalfOpen, retry_after_ms, until_ms);
+                    return self.refuse(w, State::HalfOpen, retry_at, until_ms);
                 }
                 Tag::Manual => {
                     return match w.manual_mode() {
                         // An operator's isolation holds even in shadow mode:
                         // nobody knows when it ends; say so with `max_open`.
                         Manual::Isolated => Decision::Reject {
-                            retry_after_ms: self.tuning.max_open_ms.load(Ordering::Relaxed),
+                            retry_at: after(self.tuning.max_open_ms.load(Ordering::Relaxed)),
                             state: State::ForcedOpen,
                             word: w,
                             until_ms: None,
@@ -134,13 +149,7 @@ impl Shared {
 
     /// An automatic refusal; in shadow mode, a pass that a real breaker
     /// would have refused, and whose outcome it would never have seen.
-    fn refuse(
-        &self,
-        w: Word,
-        state: State,
-        retry_after_ms: u64,
-        until_ms: Option<u64>,
-    ) -> Decision {
+    fn refuse(&self, w: Word, state: State, retry_at: Instant, until_ms: Option<u64>) -> Decision {
         if self.hot.shadow.load(Ordering::Relaxed) {
             return Decision::Bypass {
                 counted: false,
@@ -148,7 +157,7 @@ impl Shared {
             };
         }
         Decision::Reject {
-            retry_after_ms,
+            retry_at,
             state,
             word: w,
             until_ms,
