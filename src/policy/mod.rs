@@ -336,10 +336,12 @@ pub(crate) struct Sample {
 #[derive(Debug)]
 pub(crate) enum PolicyState {
     Consecutive(consecutive::Streak),
-    CountWindow(count_window::Ring),
-    TimeWindow(time_window::FailureRate),
-    SlowCalls(slow_calls::SlowRate),
-    Adaptive(adaptive::Detector),
+    // The larger states boxed: the enum, held by every breaker, stays the
+    // size of a streak and a pointer, whatever the policy.
+    CountWindow(Box<count_window::Ring>),
+    TimeWindow(Box<time_window::FailureRate>),
+    SlowCalls(Box<slow_calls::SlowRate>),
+    Adaptive(Box<adaptive::Detector>),
     AnyOf(Vec<PolicyState>),
 }
 
@@ -349,10 +351,16 @@ impl PolicyState {
             TripPolicy::ConsecutiveFailures(p) => {
                 PolicyState::Consecutive(consecutive::Streak::new(p))
             }
-            TripPolicy::CountWindow(p) => PolicyState::CountWindow(count_window::Ring::new(p)),
-            TripPolicy::TimeWindow(p) => PolicyState::TimeWindow(time_window::FailureRate::new(p)),
-            TripPolicy::SlowCalls(p) => PolicyState::SlowCalls(slow_calls::SlowRate::new(p)),
-            TripPolicy::Adaptive(p) => PolicyState::Adaptive(adaptive::Detector::new(p)),
+            TripPolicy::CountWindow(p) => {
+                PolicyState::CountWindow(Box::new(count_window::Ring::new(p)))
+            }
+            TripPolicy::TimeWindow(p) => {
+                PolicyState::TimeWindow(Box::new(time_window::FailureRate::new(p)))
+            }
+            TripPolicy::SlowCalls(p) => {
+                PolicyState::SlowCalls(Box::new(slow_calls::SlowRate::new(p)))
+            }
+            TripPolicy::Adaptive(p) => PolicyState::Adaptive(Box::new(adaptive::Detector::new(p))),
             TripPolicy::AnyOf(list) => {
                 PolicyState::AnyOf(list.iter().map(PolicyState::new).collect())
             }
