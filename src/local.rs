@@ -67,7 +67,7 @@ unsafe impl<C: Send + Sync> Sync for Lease<C> {}
 impl<C> Owner<C> {
     pub(crate) fn new(shared: Arc<Shared>, classifier: C) -> Self {
         let name = Name::new(&Arc::from(&**shared.name()));
-        let (counts, slot) = shared.clones.register();
+        let (counts, slot) = shared.clones().register();
         let local = Box::new(Local {
             shared,
             name,
@@ -130,7 +130,7 @@ impl<C> Deref for Lease<C> {
 
 impl<C> Drop for Owner<C> {
     fn drop(&mut self) {
-        self.shared.clones.retire(self.slot);
+        self.shared.clones().retire(self.slot);
         // `refs` is minus the leases returned so far; adding the number
         // issued gives the leases still out. AcqRel: release this clone's
         // own accesses, and acquire every returned lease's, in case we free.

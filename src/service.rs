@@ -511,7 +511,7 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
         // A clone that waits is kept: it registers through a handle of its own.
         let slot = self.handle.own().slot();
         let shared = &self.handle.shared;
-        shared.clones.wait(slot, cx.waker());
+        shared.clones().wait(slot, cx.waker());
         // A change made before the waker was in place woke nobody: look again.
         if shared.load() != seen {
             return true;

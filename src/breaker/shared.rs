@@ -95,6 +95,9 @@ struct Hot {
     /// The trip policy learns from latencies: every call reads the clock
     /// (read on every call, beside the state word; written on reconfigure).
     needs_latency: AtomicBool,
+    /// An active probe task runs: users are refused while open or
+    /// half-open (read on refusals).
+    prober_running: AtomicBool,
 }
 
 #[derive(Default)]
@@ -177,19 +180,26 @@ pub(crate) struct Shared {
     epoch: Instant,
     counters: Counters,
     book: Mutex<Book>,
-    /// Successes counted without the lock, made on the first tuning to a
-    /// policy that counts calls in time.
-    tally: OnceLock<Box<Tally>>,
-    pub(crate) clones: Clones,
     /// Made on first subscription: unsubscribed breakers pay nothing.
     events: OnceLock<broadcast::Sender<Transition>>,
     /// A registry's channel, which every breaker it made also announces to.
     forward: OnceLock<broadcast::Sender<Transition>>,
-    /// This breaker, for the tasks it starts (which must not keep it alive).
-    me: Weak<Shared>,
-    /// Active probing: what starts the probe task, and whether one runs.
-    prober: OnceLock<Box<dyn Prober>>,
-    prober_running: AtomicBool,
+    /// What only some breakers need, made the first time one does.
+    extras: OnceLock<Box<Extras>>,
+}
+
+/// What only some breakers need: a breaker called only through services
+/// made for single requests, counting no calls in time, never probed
+/// actively and never shared with a fleet pays one pointer for all of it.
+#[derive(Default)]
+struct Extras {
+    /// Successes counted without the lock (a policy counting calls in time).
+    tally: OnceLock<Tally>,
+    /// The service clones with handles of their own, and gate-mode waiters.
+    clones: Clones,
+    /// Active probing: what starts the probe task, and this breaker for the
+    /// tasks it starts (which must not keep it alive).
+    prober: OnceLock<(Box<dyn Prober>, Weak<Shared>)>,
     /// The fleet backend this breaker reports to, if any.
     link: OnceLock<Box<dyn FleetLink>>,
 }
@@ -197,10 +207,10 @@ pub(crate) struct Shared {
 impl Shared {
     /// A new breaker, closed.
     pub(crate) fn new_arc(config: Config) -> Arc<Self> {
-        Arc::new_cyclic(|me| Shared::new(config, me.clone()))
+        Arc::new(Shared::new(config))
     }
 
-    fn new(config: Config, me: Weak<Shared>) -> Self {
+    fn new(config: Config) -> Self {
         crate::events::created(&config.name);
         let policy = PolicyState::new(config.trip());
         Shared {
@@ -214,10 +224,9 @@ impl Shared {
                 shadow: AtomicBool::new(false),
                 retired: AtomicBool::new(false),
                 needs_latency: AtomicBool::new(false),
+                prober_running: AtomicBool::new(false),
             },
             counters: Counters::default(),
-            tally: OnceLock::new(),
-            clones: Clones::default(),
             book: Mutex::new(Book {
                 policy,
                 attempt: 0,
@@ -235,11 +244,8 @@ impl Shared {
             }),
             events: OnceLock::new(),
             forward: OnceLock::new(),
-            me,
-            prober: OnceLock::new(),
-            prober_running: AtomicBool::new(false),
+            extras: OnceLock::new(),
             epoch: Instant::now(),
-            link: OnceLock::new(),
         }
         .tuned(&config)
     }
@@ -272,7 +278,7 @@ impl Shared {
         t.slow_ns.store(slow_ns, Ordering::Relaxed);
         book.tallies = book.policy.tally_end(0).is_some() && !book.policy.records_every_success();
         if book.tallies {
-            self.tally.get_or_init(|| Box::new(Tally::new()));
+            self.extras().tally.get_or_init(Tally::new);
         }
         let slots = if config.probe_timeout().is_some() {
             config.probes() as usize
@@ -306,7 +312,40 @@ impl Shared {
             }
         }
         drop(book);
-        self.clones.wake_all();
+        self.wake_waiters();
+    }
+
+    /// What only some breakers need, made if need be.
+    fn extras(&self) -> &Extras {
+        self.extras.get_or_init(Box::default)
+    }
+
+    /// The service clones with handles of their own.
+    pub(crate) fn clones(&self) -> &Clones {
+        &self.extras().clones
+    }
+
+    /// Wakes every gate-mode clone waiting for this breaker to change.
+    pub(super) fn wake_waiters(&self) {
+        if let Some(extras) = self.extras.get() {
+            extras.clones.wake_all();
+        }
+    }
+
+    /// The tally, if the policy counts calls in time.
+    #[inline]
+    fn tally(&self) -> Option<&Tally> {
+        self.extras.get()?.tally.get()
+    }
+
+    /// The fleet backend this breaker reports to, if any.
+    fn link(&self) -> Option<&dyn FleetLink> {
+        Some(self.extras.get()?.link.get()?.as_ref())
+    }
+
+    /// What starts this breaker's probe task, if it probes actively.
+    fn prober(&self) -> Option<&(Box<dyn Prober>, Weak<Shared>)> {
+        self.extras.get()?.prober.get()
     }
 
     /// The current config.

@@ -58,7 +58,7 @@ impl Shared {
                             Some(until_ms),
                         );
                     }
-                    if self.prober_running.load(Ordering::Acquire) {
+                    if self.hot.prober_running.load(Ordering::Acquire) {
                         // Its probe task, not a user's request, probes.
                         return self.refuse(
                             w,
@@ -69,7 +69,7 @@ impl Shared {
                     }
                     w = self.enter_half_open(w).unwrap_or_else(|actual| actual);
                 }
-                Tag::HalfOpen if self.prober_running.load(Ordering::Acquire) => {
+                Tag::HalfOpen if self.hot.prober_running.load(Ordering::Acquire) => {
                     return self.refuse(w, State::HalfOpen, after(self.probe_interval_ms()), None);
                 }
                 Tag::HalfOpen => {

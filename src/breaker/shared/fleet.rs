@@ -37,11 +37,11 @@ pub(crate) struct FleetBook {
 impl Shared {
     /// Reports to `link` from now on; false if it already reports to one.
     pub(crate) fn attach_link(&self, link: Box<dyn FleetLink>) -> bool {
-        self.link.set(link).is_ok()
+        self.extras().link.set(link).is_ok()
     }
 
     pub(super) fn fleet_outcome(&self, book: &mut Book, failure: bool) {
-        let Some(link) = self.link.get() else { return };
+        let Some(link) = self.link() else { return };
         if failure {
             if link.failure(&book.config) {
                 book.fleet.failures = true;
@@ -54,7 +54,7 @@ impl Shared {
 
     /// This breaker opened on its own evidence, for `open_ms`.
     pub(super) fn fleet_opened(&self, book: &mut Book, open_ms: u64) {
-        let Some(link) = self.link.get() else { return };
+        let Some(link) = self.link() else { return };
         link.opened(
             &book.config,
             std::time::Duration::from_millis(open_ms),
@@ -66,7 +66,7 @@ impl Shared {
     }
 
     pub(super) fn fleet_probe_succeeded(&self, book: &Book) {
-        let Some(link) = self.link.get() else { return };
+        let Some(link) = self.link() else { return };
         if book.fleet.generation != 0 {
             link.probe_succeeded(&book.config, book.fleet.generation);
         }
@@ -126,7 +126,7 @@ impl Shared {
                     book.open_until_ms = until;
                     if w.tag() == Tag::Open {
                         drop(book);
-                        self.clones.wake_all();
+                        self.wake_waiters();
                         return true;
                     }
                     self.reset_policy(&mut book);
@@ -199,6 +199,6 @@ impl Shared {
 
     /// Whether this breaker reports to a fleet backend.
     pub(crate) fn has_link(&self) -> bool {
-        self.link.get().is_some()
+        self.link().is_some()
     }
 }

@@ -112,7 +112,7 @@ impl Shared {
             // Shadow mode turns every refusal into a pass: a gate-mode clone
             // waiting for the breaker to admit it may go now (and one
             // admitted by shadow mode must look again when it ends).
-            self.clones.wake_all();
+            self.wake_waiters();
         }
     }
 

@@ -37,8 +37,13 @@ pub(crate) enum Turn {
 impl Shared {
     /// Probes actively from now on; starts at once if the breaker is open.
     /// A breaker takes one prober, the first given.
-    pub(crate) fn set_prober(&self, prober: Box<dyn Prober>) -> bool {
-        if self.prober.set(prober).is_err() {
+    pub(crate) fn set_prober(self: &Arc<Self>, prober: Box<dyn Prober>) -> bool {
+        if self
+            .extras()
+            .prober
+            .set((prober, Arc::downgrade(self)))
+            .is_err()
+        {
             return false;
         }
         if matches!(self.load().tag(), Tag::Open | Tag::HalfOpen) {
@@ -50,14 +55,14 @@ impl Shared {
     /// Starts the probe task unless one runs; without a tokio runtime here,
     /// the breaker keeps probing passively.
     pub(super) fn start_prober(&self) {
-        let Some(prober) = self.prober.get() else {
+        let Some((prober, me)) = self.prober() else {
             return;
         };
-        if self.prober_running.swap(true, Ordering::AcqRel) {
+        if self.hot.prober_running.swap(true, Ordering::AcqRel) {
             return;
         }
-        if !prober.start(self.me.clone()) {
-            self.prober_running.store(false, Ordering::Release);
+        if !prober.start(me.clone()) {
+            self.hot.prober_running.store(false, Ordering::Release);
             tracing::warn!(
                 breaker = %self.name,
                 "no tokio runtime to probe actively on: probing passively"
@@ -71,8 +76,8 @@ impl Shared {
     /// once, again and again), probing stays passive until the next opening
     /// starts a task on the runtime that opening happens on.
     pub(crate) fn prober_stopped(&self, finished: bool) {
-        self.prober_running.store(false, Ordering::Release);
-        self.clones.wake_all();
+        self.hot.prober_running.store(false, Ordering::Release);
+        self.wake_waiters();
         if finished && matches!(self.load().tag(), Tag::Open | Tag::HalfOpen) {
             self.start_prober();
         }

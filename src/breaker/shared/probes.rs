@@ -220,7 +220,7 @@ impl Shared {
         };
         if released {
             // A permit is free again: a gate-mode clone waiting may go.
-            self.clones.wake_all();
+            self.wake_waiters();
         }
     }
 
@@ -248,7 +248,7 @@ impl Shared {
         if w.successes() + 1 < book.config.successes_to_close() {
             self.lower_in_flight(generation, 1);
             drop(book);
-            self.clones.wake_all();
+            self.wake_waiters();
             return;
         }
         let mut w = w;
@@ -353,7 +353,7 @@ impl Shared {
         self.publish_probe_deadline(&book);
         drop(book);
         if taken_back > 0 {
-            self.clones.wake_all();
+            self.wake_waiters();
         }
     }
 

@@ -85,7 +85,7 @@ impl Shared {
     /// when it must be recorded under the lock instead (the breaker has
     /// moved on, which the lock finds stale, or the tally cannot take it).
     fn tally_success(&self, generation: u32, timing: Option<(Duration, Instant)>) -> bool {
-        let Some(tally) = self.tally.get() else {
+        let Some(tally) = self.tally() else {
             return false;
         };
         if self.load() != Word::closed(generation) {
@@ -108,7 +108,7 @@ impl Shared {
             return;
         }
         book.tally_armed = false;
-        let Some(tally) = self.tally.get() else {
+        let Some(tally) = self.tally() else {
             return;
         };
         let closed = (w.tag() == Tag::Closed).then(|| w.generation());
@@ -127,7 +127,7 @@ impl Shared {
         if self.hot.success.load(Ordering::Relaxed) != TALLY || w.tag() != Tag::Closed {
             return;
         }
-        let (Some(tally), Some(end_ms)) = (self.tally.get(), book.policy.tally_end(now)) else {
+        let (Some(tally), Some(end_ms)) = (self.tally(), book.policy.tally_end(now)) else {
             return;
         };
         book.tally_armed = tally.arm(w.generation(), end_ms);
@@ -136,7 +136,7 @@ impl Shared {
     /// Forgets the tally, disarmed.
     pub(super) fn discard_tally(&self, book: &mut Book) {
         if std::mem::take(&mut book.tally_armed) {
-            if let Some(tally) = self.tally.get() {
+            if let Some(tally) = self.tally() {
                 tally.drain();
             }
         }
@@ -279,7 +279,7 @@ mod tests {
             shared.record_closed(0, Outcome::Success, None, None);
         }
         // The first took the lock, which armed the tally for the rest.
-        assert_eq!(shared.tally.get().unwrap().drain_total(), 9);
+        assert_eq!(shared.tally().unwrap().drain_total(), 9);
     }
 
     #[test]
@@ -294,11 +294,7 @@ mod tests {
         shared.record_closed(0, Outcome::Failure, None, None);
         assert_eq!(mode(&shared), RECORD, "2 failures in 4 calls would");
         shared.record_closed(0, Outcome::Success, None, None);
-        assert_eq!(
-            shared.tally.get().unwrap().drain_total(),
-            0,
-            "nothing tallied"
-        );
+        assert_eq!(shared.tally().unwrap().drain_total(), 0, "nothing tallied");
         assert_eq!(
             shared.snapshot().policy,
             crate::policy::PolicyFigures::TimeWindow {
@@ -324,7 +320,7 @@ mod tests {
         shared.record_closed(0, Outcome::Success, None, fast);
         assert_eq!(mode(&shared), QUIET);
         assert!(
-            shared.tally.get().is_none(),
+            shared.tally().is_none(),
             "a window of calls tallies nothing"
         );
     }
@@ -333,7 +329,7 @@ mod tests {
     fn policies_without_time_windows_never_tally() {
         let shared = shared(CountWindow::new(2, 5));
         assert_eq!(mode(&shared), QUIET);
-        assert!(shared.tally.get().is_none());
+        assert!(shared.tally().is_none());
     }
 
     #[test]
@@ -347,6 +343,6 @@ mod tests {
             RECORD,
             "the adaptive policy learns from every success"
         );
-        assert!(shared.tally.get().is_none(), "no tally made for nothing");
+        assert!(shared.tally().is_none(), "no tally made for nothing");
     }
 }

@@ -58,7 +58,7 @@ impl Shared {
         let others = Arc::strong_count(this) as u64 - 1;
         this.load().tag() == Tag::Closed
             && !this.hot.shadow.load(Ordering::Relaxed)
-            && this.prober.get().is_none()
+            && this.prober().is_none()
             && others <= this.counters.internal_handles.load(Ordering::Acquire)
     }
 

@@ -22,7 +22,7 @@ impl Shared {
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
-        let (calls, rejected) = self.clones.totals();
+        let (calls, rejected) = self.extras.get().map_or((0, 0), |e| e.clones.totals());
         let calls = calls + self.counters.calls.load(Ordering::Relaxed);
         let rejected = rejected + self.counters.rejected.load(Ordering::Relaxed);
         let mut book = self.lock();

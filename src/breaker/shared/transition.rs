@@ -72,7 +72,7 @@ impl Shared {
     /// never under an announced retry-after, never over `max_open`.
     pub(super) fn open_until(&self, book: &mut Book, from_ms: u64) -> u64 {
         let c = &book.config;
-        let active = book.attempt > 0 && self.prober.get().is_some();
+        let active = book.attempt > 0 && self.prober().is_some();
         let mut period = if active {
             // Probing actively: a failed probe is followed by the next one
             // an interval later, not by a longer and longer wait. Users are
@@ -116,7 +116,7 @@ impl Shared {
         }
         drop(book);
         transition.publish();
-        self.clones.wake_all();
+        self.wake_waiters();
         if transition.to == State::Open {
             self.start_prober();
         }
