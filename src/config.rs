@@ -60,7 +60,7 @@ pub struct Config {
 /// years), half the size of a `Duration`: a breaker made alone keeps its
 /// own.
 #[derive(Clone, Debug, PartialEq)]
-struct Settings {
+pub(crate) struct Settings {
     trip: TripPolicy,
     cooldown_ns: u64,
     min_open_ns: u64,
@@ -73,6 +73,13 @@ struct Settings {
     probe_timeout_ns: u64,
     probe_interval_ns: u64,
     trip_on_pushback: bool,
+}
+
+impl Settings {
+    /// The trip policy.
+    pub(crate) fn trip(&self) -> &TripPolicy {
+        &self.trip
+    }
 }
 
 /// Nanoseconds, saturating a little below `u64::MAX` (which means "none").
@@ -95,6 +102,16 @@ impl Config {
             name: Arc::clone(&self.name),
             settings: Settings::clone(&self.settings),
         }
+    }
+
+    /// A config of `name` with `settings`.
+    pub(crate) fn from_parts(name: Arc<str>, settings: Arc<Settings>) -> Self {
+        Config { name, settings }
+    }
+
+    /// Everything but the name, as breakers share it.
+    pub(crate) fn settings(&self) -> &Arc<Settings> {
+        &self.settings
     }
 
     /// The breaker's name, used in errors, events and logs.

@@ -55,7 +55,7 @@ use tokio::time::Instant;
 use super::clones::Clones;
 use super::fleet::FleetLink;
 use super::state::{Manual, Tag, Word};
-use crate::config::Config;
+use crate::config::{Config, Settings};
 use crate::events::State;
 use crate::events::Transition;
 use crate::millis::millis_up;
@@ -106,12 +106,8 @@ struct Counters {
     /// their own (keyed services); clones count theirs in `clones`.
     calls: AtomicU64,
     rejected: AtomicU64,
-    failures: AtomicU64,
     ignored: AtomicU64,
-    stale: AtomicU64,
     cancelled: AtomicU64,
-    opened: AtomicU64,
-    probes: AtomicU64,
     /// A registry's insertion count when this breaker was last used: a
     /// cheap clock for eviction order, written only when it has moved on
     /// by the registry's marking interval.
@@ -150,6 +146,52 @@ pub(super) struct Book {
     fleet: fleet::FleetBook,
     /// Retired by its registry: where the outcomes of calls it admitted go.
     successor: Option<Successor>,
+    /// The counts of what happens under the lock.
+    counts: BookCounts,
+}
+
+/// Counts kept under the lock: failures, stale outcomes, openings, probes.
+#[derive(Default)]
+struct BookCounts {
+    failures: u64,
+    stale: u64,
+    opened: u64,
+    probes: u64,
+}
+
+/// What the lock guards: the book, made the first time the breaker needs
+/// it (its first outcome that must be recorded, or its first transition),
+/// and until then the settings the breaker was made with. A breaker that
+/// has only ever succeeded holds no book.
+pub(super) struct Locked {
+    made_with: Arc<Settings>,
+    book: Option<Box<Book>>,
+}
+
+/// The lock, held, with the book made: what every transition works on.
+pub(super) struct BookGuard<'a> {
+    locked: MutexGuard<'a, Locked>,
+}
+
+impl std::ops::Deref for BookGuard<'_> {
+    type Target = Book;
+
+    fn deref(&self) -> &Book {
+        match &self.locked.book {
+            Some(book) => book,
+            // `Shared::lock` makes the book before it hands out a guard.
+            None => unreachable!("a guard always holds a book"),
+        }
+    }
+}
+
+impl std::ops::DerefMut for BookGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Book {
+        match &mut self.locked.book {
+            Some(book) => book,
+            None => unreachable!("a guard always holds a book"),
+        }
+    }
 }
 
 /// Takes the outcomes of calls a retired breaker admitted: the breaker its
@@ -179,7 +221,7 @@ pub(crate) struct Shared {
     name: Arc<str>,
     epoch: Instant,
     counters: Counters,
-    book: Mutex<Book>,
+    book: Mutex<Locked>,
     /// Made on first subscription: unsubscribed breakers pay nothing.
     events: OnceLock<broadcast::Sender<Transition>>,
     /// A registry's channel, which every breaker it made also announces to.
@@ -194,7 +236,7 @@ pub(crate) struct Shared {
 #[derive(Default)]
 struct Extras {
     /// Successes counted without the lock (a policy counting calls in time).
-    tally: OnceLock<Tally>,
+    tally: OnceLock<Box<Tally>>,
     /// The service clones with handles of their own, and gate-mode waiters.
     clones: Clones,
     /// Active probing: what starts the probe task, and this breaker for the
@@ -212,8 +254,7 @@ impl Shared {
 
     fn new(config: Config) -> Self {
         crate::events::created(&config.name);
-        let policy = PolicyState::new(config.trip());
-        Shared {
+        let shared = Shared {
             name: Arc::clone(&config.name),
             tuning: Tuning::default(),
             hot: Hot {
@@ -227,40 +268,48 @@ impl Shared {
                 prober_running: AtomicBool::new(false),
             },
             counters: Counters::default(),
-            book: Mutex::new(Book {
-                policy,
-                attempt: 0,
-                hint_until_ms: None,
-                last_trip: None,
-                since_ms: 0,
-                open_until_ms: 0,
-                probes: ProbeBook::new(0),
-                rng: seed(),
-                tallies: false,
-                tally_armed: false,
-                config: config.clone(),
-                fleet: fleet::FleetBook::default(),
-                successor: None,
+            book: Mutex::new(Locked {
+                made_with: Arc::clone(config.settings()),
+                book: None,
             }),
             events: OnceLock::new(),
             forward: OnceLock::new(),
             extras: OnceLock::new(),
             epoch: Instant::now(),
-        }
-        .tuned(&config)
+        };
+        shared.tune_lock_free(&config);
+        // What a success does until the book exists, from a fresh policy.
+        let mut fresh = PolicyState::new(config.trip());
+        let tallies = tallies(&mut fresh);
+        let mode = success_mode(&fresh, tallies, false);
+        shared.hot.success.store(mode, Ordering::Relaxed);
+        shared
     }
 
-    /// Copies what lock-free paths read of `config` into atomics, and sizes
-    /// the probe book.
-    fn tuned(self, config: &Config) -> Self {
-        let mut book = self.lock();
-        self.tune(&mut book, config);
-        self.refresh_success_flag(&book);
-        drop(book);
-        self
+    /// A fresh book for `config`.
+    fn new_book(&self, config: Config) -> Book {
+        let mut book = Book {
+            policy: PolicyState::new(config.trip()),
+            attempt: 0,
+            hint_until_ms: None,
+            last_trip: None,
+            since_ms: 0,
+            open_until_ms: 0,
+            probes: ProbeBook::new(0),
+            rng: seed(),
+            tallies: false,
+            tally_armed: false,
+            config,
+            fleet: fleet::FleetBook::default(),
+            successor: None,
+            counts: BookCounts::default(),
+        };
+        self.tune_book(&mut book);
+        book
     }
 
-    fn tune(&self, book: &mut Book, config: &Config) {
+    /// Copies what lock-free paths read of `config` into atomics.
+    fn tune_lock_free(&self, config: &Config) {
         let t = &self.tuning;
         t.probes.store(config.probes(), Ordering::Relaxed);
         t.max_open_ms
@@ -276,12 +325,17 @@ impl Shared {
             u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
         });
         t.slow_ns.store(slow_ns, Ordering::Relaxed);
-        book.tallies = book.policy.tally_end(0).is_some() && !book.policy.records_every_success();
+    }
+
+    /// Fits the book to its config: whether successes are tallied, and the
+    /// room for probe deadlines.
+    fn tune_book(&self, book: &mut Book) {
+        book.tallies = tallies(&mut book.policy);
         if book.tallies {
-            self.extras().tally.get_or_init(Tally::new);
+            self.extras().tally.get_or_init(|| Box::new(Tally::new()));
         }
-        let slots = if config.probe_timeout().is_some() {
-            config.probes() as usize
+        let slots = if book.config.probe_timeout().is_some() {
+            book.config.probes() as usize
         } else {
             0
         };
@@ -300,8 +354,9 @@ impl Shared {
             self.discard_tally(&mut book);
             book.policy = PolicyState::new(config.trip());
         }
-        self.tune(&mut book, &config);
+        self.tune_lock_free(&config);
         book.config = config;
+        self.tune_book(&mut book);
         self.forget_probes(&mut book);
         self.refresh_success_flag(&book);
         let mut w = self.load();
@@ -335,7 +390,7 @@ impl Shared {
     /// The tally, if the policy counts calls in time.
     #[inline]
     fn tally(&self) -> Option<&Tally> {
-        self.extras.get()?.tally.get()
+        self.extras.get()?.tally.get().map(Box::as_ref)
     }
 
     /// The fleet backend this breaker reports to, if any.
@@ -350,7 +405,11 @@ impl Shared {
 
     /// The current config.
     pub(crate) fn config(&self) -> Config {
-        self.lock().config.clone()
+        let locked = self.peek();
+        match &locked.book {
+            Some(book) => book.config.clone(),
+            None => Config::from_parts(Arc::clone(&self.name), Arc::clone(&locked.made_with)),
+        }
     }
 
     /// Whether calls must be timed (a slow-call policy).
@@ -395,7 +454,19 @@ impl Shared {
             .saturating_add(u64::from(elapsed.subsec_millis()))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Book> {
+    /// The lock, with the book made if need be.
+    fn lock(&self) -> BookGuard<'_> {
+        let mut locked = self.peek();
+        if locked.book.is_none() {
+            let config = Config::from_parts(Arc::clone(&self.name), Arc::clone(&locked.made_with));
+            locked.book = Some(Box::new(self.new_book(config)));
+        }
+        BookGuard { locked }
+    }
+
+    /// The lock, without making the book: for readers, which take a
+    /// breaker without one as fresh.
+    fn peek(&self) -> MutexGuard<'_, Locked> {
         // The lock is never held across user code, so a poisoned lock can
         // only come from a bug in this crate; keep serving rather than panic.
         self.book
@@ -428,6 +499,24 @@ impl fmt::Debug for Shared {
             .field("name", self.name())
             .field("word", &self.load())
             .finish_non_exhaustive()
+    }
+}
+
+/// Whether successes of `policy` go to the tally: it counts calls in
+/// buckets of time and does not record every success.
+fn tallies(policy: &mut PolicyState) -> bool {
+    policy.tally_end(0).is_some() && !policy.records_every_success()
+}
+
+/// What a closed-state success does, for a policy whose successes
+/// matter (or not), tally (or not), or that must pass them on.
+fn success_mode(policy: &PolicyState, tallies: bool, passes_on: bool) -> u8 {
+    if policy.success_matters() || passes_on {
+        RECORD
+    } else if tallies {
+        TALLY
+    } else {
+        QUIET
     }
 }
 

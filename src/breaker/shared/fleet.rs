@@ -14,11 +14,11 @@
 //! instance holds it (and extend it), short enough that an instance whose
 //! store went silent falls back to probing on its own.
 
+use super::BookGuard;
 use super::{state_of, Book, Shared};
 use crate::breaker::fleet::FleetLink;
 use crate::breaker::state::{Tag, Word, MAX_DEADLINE_MS};
 use crate::policy::TripReason;
-use crate::sync::MutexGuard;
 
 /// What a breaker knows of the fleet.
 #[derive(Debug, Default)]
@@ -183,7 +183,7 @@ impl Shared {
         }
     }
 
-    fn fleet_close(&self, mut book: MutexGuard<'_, Book>, mut w: Word) {
+    fn fleet_close(&self, mut book: BookGuard<'_>, mut w: Word) {
         loop {
             let next = Word::closed(w.next_generation());
             match self.cas(w, next) {

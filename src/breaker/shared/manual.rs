@@ -82,7 +82,7 @@ impl Shared {
                     if next.tag() == Tag::Open {
                         self.book_open_period(&mut book, now, next.open_until_ms());
                         book.last_trip = Some(TripReason::Manual);
-                        self.counters.opened.fetch_add(1, Ordering::Relaxed);
+                        book.counts.opened += 1;
                     } else {
                         book.attempt = 0;
                     }

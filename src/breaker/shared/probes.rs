@@ -12,7 +12,8 @@
 
 use std::sync::Arc;
 
-use crate::sync::{MutexGuard, Ordering};
+use super::BookGuard;
+use crate::sync::Ordering;
 use std::time::Duration;
 
 use super::{Book, Shared};
@@ -100,18 +101,19 @@ impl Shared {
         let next = Word::half_open(w.generation(), w.in_flight() + 1, w.successes());
         if !self.tuning.probe_timeout.load(Ordering::Relaxed) {
             self.cas(w, next)?;
-            self.counters.probes.fetch_add(1, Ordering::Relaxed);
+            // Counted under the lock, as probes are rare.
+            self.lock().counts.probes += 1;
             return Ok(Permit::new(Arc::clone(self), w.generation(), None));
         }
         let mut book = self.lock();
         // A reload in between changes the generation: the swap below fails.
         let Some(timeout) = book.config.probe_timeout() else {
             self.cas(w, next)?;
-            self.counters.probes.fetch_add(1, Ordering::Relaxed);
+            book.counts.probes += 1;
             return Ok(Permit::new(Arc::clone(self), w.generation(), None));
         };
         self.cas(w, next)?;
-        self.counters.probes.fetch_add(1, Ordering::Relaxed);
+        book.counts.probes += 1;
         let probes = &mut book.probes;
         if probes.generation != w.generation() {
             probes.generation = w.generation();
@@ -237,7 +239,7 @@ impl Shared {
             && w.generation() == generation
             && ticket.is_none_or(|t| book.probes.entry(generation, t).is_some());
         if !valid {
-            self.counters.stale.fetch_add(1, Ordering::Relaxed);
+            book.counts.stale += 1;
             return;
         }
         if let Some(ticket) = ticket {
@@ -277,9 +279,7 @@ impl Shared {
             return;
         };
         let now = self.now_ms();
-        if self.reopen(book, generation, now, hint, TripReason::ProbeFailed) {
-            self.counters.failures.fetch_add(1, Ordering::Relaxed);
-        }
+        self.reopen(book, generation, now, hint, TripReason::ProbeFailed, 1);
     }
 
     /// Gives the lock back to record a probe's outcome, unless the outcome
@@ -290,10 +290,10 @@ impl Shared {
     /// further, and `None` is returned.
     fn unless_late<'a>(
         &'a self,
-        mut book: MutexGuard<'a, Book>,
+        mut book: BookGuard<'a>,
         generation: u32,
         ticket: Option<Ticket>,
-    ) -> Option<MutexGuard<'a, Book>> {
+    ) -> Option<BookGuard<'a>> {
         let Some(ticket) = ticket else {
             return Some(book);
         };
@@ -333,12 +333,8 @@ impl Shared {
             // will be dropped without counting.
             book.probes.judged.extend(overdue.iter().map(|(id, _)| *id));
             let failures = overdue.len() as u64;
-            if self.reopen(book, generation, deadline, None, TripReason::ProbeTimedOut) {
-                self.counters
-                    .failures
-                    .fetch_add(failures, Ordering::Relaxed);
-            }
-            return;
+            let reason = TripReason::ProbeTimedOut;
+            return self.reopen(book, generation, deadline, None, reason, failures);
         }
         let mut taken_back = 0;
         for slot in book.probes.slots.iter_mut() {
@@ -359,20 +355,21 @@ impl Shared {
 
     /// Half-open generation `generation` failed (a probe failed or timed
     /// out): open again for the next, longer period, counted from `from_ms`.
-    /// False when the generation is over: the outcome is stale (counted
-    /// here); the caller counts the failures when true.
+    /// `failures` failed probes count when it reopens; when the generation
+    /// is over, the outcome is stale (counted as such) and nothing changes.
     pub(super) fn reopen(
         &self,
-        mut book: MutexGuard<'_, Book>,
+        mut book: BookGuard<'_>,
         generation: u32,
         from_ms: u64,
         hint: Option<std::time::Duration>,
         reason: TripReason,
-    ) -> bool {
+        failures: u64,
+    ) {
         let mut w = self.load();
         if w.tag() != Tag::HalfOpen || w.generation() != generation {
-            self.counters.stale.fetch_add(1, Ordering::Relaxed);
-            return false;
+            book.counts.stale += 1;
+            return;
         }
         self.note_hint(&mut book, hint, from_ms);
         book.attempt = book.attempt.saturating_add(1);
@@ -382,9 +379,9 @@ impl Shared {
             let next = Word::open(w.next_generation(), until);
             match self.cas(w, next) {
                 Ok(()) => {
+                    book.counts.failures += failures;
                     self.fleet_opened(&mut book, until.saturating_sub(from_ms));
-                    self.opened(book, State::HalfOpen, next, reason, from_ms);
-                    return true;
+                    return self.opened(book, State::HalfOpen, next, reason, from_ms);
                 }
                 Err(actual)
                     if actual.tag() == Tag::HalfOpen && actual.generation() == generation =>
@@ -394,7 +391,7 @@ impl Shared {
                 // Unreachable under the lock; stay safe if that changes.
                 Err(_) => {
                     book.attempt -= 1;
-                    return false;
+                    return;
                 }
             }
         }

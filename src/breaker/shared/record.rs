@@ -24,10 +24,13 @@ impl Shared {
     /// Counts the outcome of a call let through without feeding the policy.
     pub(crate) fn count_outcome(&self, outcome: Outcome) {
         match outcome {
-            Outcome::Failure => self.counters.failures.fetch_add(1, Ordering::Relaxed),
-            Outcome::Ignore => self.counters.ignored.fetch_add(1, Ordering::Relaxed),
-            Outcome::Success => return,
-        };
+            // Held closed by an operator: counted under the lock.
+            Outcome::Failure => self.lock().counts.failures += 1,
+            Outcome::Ignore => {
+                self.counters.ignored.fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::Success => {}
+        }
     }
 
     /// Records the outcome of a call admitted while closed in `generation`;
@@ -159,7 +162,7 @@ impl Shared {
         let mut book = self.lock();
         let w = self.load();
         if w != Word::closed(generation) {
-            self.counters.stale.fetch_add(1, Ordering::Relaxed);
+            book.counts.stale += 1;
             return;
         }
         if let Some(successor) = book.successor.clone() {
@@ -186,7 +189,7 @@ impl Shared {
         // The successes tallied so far come first, each in its own bucket.
         self.fold_tally(&mut book, w);
         if failure {
-            self.counters.failures.fetch_add(1, Ordering::Relaxed);
+            book.counts.failures += 1;
             self.note_hint(&mut book, hint, now);
         }
         let verdict = book.policy.record(Sample { failure, elapsed }, now);
@@ -209,7 +212,7 @@ impl Shared {
         // Under the lock nothing else changes a closed word, but stay correct
         // if that ever stops being true: a lost race means the call is stale.
         if self.cas(w, next).is_err() {
-            self.counters.stale.fetch_add(1, Ordering::Relaxed);
+            book.counts.stale += 1;
             self.refresh_success_flag(&book);
             return;
         }
@@ -220,17 +223,10 @@ impl Shared {
     }
 
     pub(super) fn refresh_success_flag(&self, book: &Book) {
-        // A retired breaker passes every success on.
-        let matters = book.policy.success_matters() || book.successor.is_some();
-        // A fleet count known to hold failures is reset by a success.
-        let matters = matters || book.fleet.failures;
-        let mode = if matters {
-            RECORD
-        } else if book.tallies {
-            TALLY
-        } else {
-            QUIET
-        };
+        // A retired breaker passes every success on, and a fleet count
+        // known to hold failures is reset by one.
+        let passes_on = book.successor.is_some() || book.fleet.failures;
+        let mode = super::success_mode(&book.policy, book.tallies, passes_on);
         // Write only on change: the flag shares a line with the state word.
         if self.hot.success.load(Ordering::Relaxed) != mode {
             self.hot.success.store(mode, Ordering::Relaxed);

@@ -8,6 +8,7 @@ use super::{state_of, Shared, Tag};
 use crate::breaker::state::Word;
 use crate::breaker::{Counts, Snapshot};
 use crate::events::State;
+use crate::policy::PolicyState;
 use crate::sync::Ordering;
 
 impl Shared {
@@ -25,46 +26,61 @@ impl Shared {
         let (calls, rejected) = self.extras.get().map_or((0, 0), |e| e.clones.totals());
         let calls = calls + self.counters.calls.load(Ordering::Relaxed);
         let rejected = rejected + self.counters.rejected.load(Ordering::Relaxed);
-        let mut book = self.lock();
+        let mut locked = self.peek();
         let w = self.load();
         let now = self.now_ms();
-        self.fold_tally(&mut book, w);
         let state = state_at(w, now);
+        let (probes_in_flight, probe_successes) = match w.tag() {
+            Tag::HalfOpen => (w.in_flight(), w.successes()),
+            _ => (0, 0),
+        };
+        let c = &self.counters;
+        let mut snapshot = Snapshot {
+            name: Arc::clone(self.name()),
+            state,
+            generation: w.generation(),
+            time_in_state: Duration::ZERO,
+            retry_after: retry_after_at(w, now),
+            probes_in_flight,
+            probe_successes,
+            failed_probe_rounds: 0,
+            last_trip: None,
+            policy: PolicyState::new(locked.made_with.trip()).figures(now),
+            shadow: self.hot.shadow.load(Ordering::Relaxed),
+            counts: Counts {
+                calls,
+                rejected,
+                failures: 0,
+                ignored: c.ignored.load(Ordering::Relaxed),
+                stale: 0,
+                cancelled: c.cancelled.load(Ordering::Relaxed),
+                opened: 0,
+                probes: 0,
+            },
+        };
+        // A breaker without a book has only ever succeeded: fresh, closed
+        // since it was made.
+        let Some(book) = locked.book.as_deref_mut() else {
+            snapshot.time_in_state = Duration::from_millis(now);
+            return snapshot;
+        };
+        self.fold_tally(book, w);
         let since = match w.tag() {
             Tag::Open if now >= w.open_until_ms() => w.open_until_ms(),
             Tag::HalfOpen => book.open_until_ms,
             _ => book.since_ms,
         };
-        let (probes_in_flight, probe_successes) = match w.tag() {
-            Tag::HalfOpen => (w.in_flight(), w.successes()),
-            _ => (0, 0),
-        };
-        let policy = book.policy.figures(now);
-        self.arm_tally(&mut book, w, now);
-        let c = &self.counters;
-        Snapshot {
-            name: Arc::clone(self.name()),
-            state,
-            generation: w.generation(),
-            time_in_state: Duration::from_millis(now.saturating_sub(since)),
-            retry_after: retry_after_at(w, now),
-            probes_in_flight,
-            probe_successes,
-            failed_probe_rounds: book.attempt,
-            last_trip: book.last_trip.clone(),
-            policy,
-            shadow: self.hot.shadow.load(Ordering::Relaxed),
-            counts: Counts {
-                calls,
-                rejected,
-                failures: c.failures.load(Ordering::Relaxed),
-                ignored: c.ignored.load(Ordering::Relaxed),
-                stale: c.stale.load(Ordering::Relaxed),
-                cancelled: c.cancelled.load(Ordering::Relaxed),
-                opened: c.opened.load(Ordering::Relaxed),
-                probes: c.probes.load(Ordering::Relaxed),
-            },
-        }
+        snapshot.time_in_state = Duration::from_millis(now.saturating_sub(since));
+        snapshot.policy = book.policy.figures(now);
+        self.arm_tally(book, w, now);
+        snapshot.failed_probe_rounds = book.attempt;
+        snapshot.last_trip = book.last_trip.clone();
+        let counts = &book.counts;
+        snapshot.counts.failures = counts.failures;
+        snapshot.counts.stale = counts.stale;
+        snapshot.counts.opened = counts.opened;
+        snapshot.counts.probes = counts.probes;
+        snapshot
     }
 }
 

@@ -7,13 +7,14 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 use super::snapshot::retry_after_at;
+use super::BookGuard;
 use super::{next_unit, state_of, Book, Shared, EVENT_CAPACITY};
 use crate::breaker::state::{Word, MAX_DEADLINE_MS};
 use crate::events::State;
 use crate::events::Transition;
 use crate::millis::millis_up;
 use crate::policy::TripReason;
-use crate::sync::{MutexGuard, Ordering};
+use crate::sync::Ordering;
 use std::sync::Arc;
 
 impl Shared {
@@ -31,7 +32,7 @@ impl Shared {
     /// period counted from `since_ms`: book it and announce it.
     pub(super) fn opened(
         &self,
-        mut book: MutexGuard<'_, Book>,
+        mut book: BookGuard<'_>,
         from: State,
         next: Word,
         reason: TripReason,
@@ -41,7 +42,7 @@ impl Shared {
         self.book_open_period(&mut book, since_ms, next.open_until_ms());
         book.hint_until_ms = None;
         self.forget_probes(&mut book);
-        self.counters.opened.fetch_add(1, Ordering::Relaxed);
+        book.counts.opened += 1;
         let retry_after = retry_after_at(next, self.now_ms()).unwrap_or_default();
         self.announce(
             book,
@@ -53,7 +54,7 @@ impl Shared {
     /// forgotten; announce it.
     pub(super) fn closed(
         &self,
-        mut book: MutexGuard<'_, Book>,
+        mut book: BookGuard<'_>,
         from: State,
         next: Word,
         reason: Option<TripReason>,
@@ -106,7 +107,7 @@ impl Shared {
     /// Subscribers get it while the lock is still held (sending never
     /// waits), so they see one breaker's transitions in order; the `tracing`
     /// event and the wake-ups follow once it is released.
-    pub(super) fn announce(&self, book: MutexGuard<'_, Book>, transition: Transition) {
+    pub(super) fn announce(&self, book: BookGuard<'_>, transition: Transition) {
         // No subscriber left is not an error.
         if let Some(events) = self.events.get() {
             let _ = events.send(transition.clone());
