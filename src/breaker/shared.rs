@@ -225,7 +225,7 @@ pub(crate) struct Shared {
     /// Made on first subscription: unsubscribed breakers pay nothing.
     events: OnceLock<broadcast::Sender<Transition>>,
     /// A registry's channel, which every breaker it made also announces to.
-    forward: OnceLock<broadcast::Sender<Transition>>,
+    forward: Option<broadcast::Sender<Transition>>,
     /// What only some breakers need, made the first time one does.
     extras: OnceLock<Box<Extras>>,
 }
@@ -249,10 +249,19 @@ struct Extras {
 impl Shared {
     /// A new breaker, closed.
     pub(crate) fn new_arc(config: Config) -> Arc<Self> {
-        Arc::new(Shared::new(config))
+        Arc::new(Shared::new(config, None))
     }
 
-    fn new(config: Config) -> Self {
+    /// A new breaker, closed, that also announces every transition to
+    /// `forward` (its registry's channel).
+    pub(crate) fn new_arc_forwarding(
+        config: Config,
+        forward: broadcast::Sender<Transition>,
+    ) -> Arc<Self> {
+        Arc::new(Shared::new(config, Some(forward)))
+    }
+
+    fn new(config: Config, forward: Option<broadcast::Sender<Transition>>) -> Self {
         crate::events::created(&config.name);
         let shared = Shared {
             name: Arc::clone(&config.name),
@@ -273,7 +282,7 @@ impl Shared {
                 book: None,
             }),
             events: OnceLock::new(),
-            forward: OnceLock::new(),
+            forward,
             extras: OnceLock::new(),
             epoch: Instant::now(),
         };

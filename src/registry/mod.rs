@@ -356,8 +356,9 @@ where
             self.inner.keys.fetch_sub(1, Ordering::Relaxed);
             return Ok(breaker.clone());
         }
-        let breaker = Breaker::new(self.config_for(key));
-        breaker.shared.forward_to(self.inner.events.clone());
+        let breaker = Breaker {
+            shared: Shared::new_arc_forwarding(self.config_for(key), self.inner.events.clone()),
+        };
         #[cfg(feature = "redis")]
         if let Some(store) = &self.inner.store {
             store.attach(&breaker);

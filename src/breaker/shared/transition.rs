@@ -112,7 +112,7 @@ impl Shared {
         if let Some(events) = self.events.get() {
             let _ = events.send(transition.clone());
         }
-        if let Some(registry) = self.forward.get() {
+        if let Some(registry) = &self.forward {
             let _ = registry.send(transition.clone());
         }
         drop(book);
@@ -121,11 +121,6 @@ impl Shared {
         if transition.to == State::Open {
             self.start_prober();
         }
-    }
-
-    /// Also announces every transition to `registry`.
-    pub(crate) fn forward_to(&self, registry: broadcast::Sender<Transition>) {
-        let _ = self.forward.set(registry);
     }
 
     /// A receiver of this breaker's transitions from now on.
