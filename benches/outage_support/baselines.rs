@@ -448,13 +448,16 @@ pub struct Row {
 pub struct Found {
     pub rows: Vec<Row>,
     pub picks: Vec<(Failures, Vec<Pick>)>,
+    /// The seeds the rows were measured on.
+    pub seeds: Vec<u64>,
 }
 
 /// Tunes the fixed families for every baseline, then measures them and
-/// the adaptive policy through the layer: at its own baseline each, and,
-/// in study 5, the settings chosen for the highest baseline at every
-/// baseline (one fixed setting for all, as the adaptive policy is).
-pub fn study(baselines: &[Failures], one_for_all: bool, scale: &Scale) -> Found {
+/// the adaptive policy through the layer, on each of `seeds`: at its own
+/// baseline each, and, in study 5, the settings chosen for the highest
+/// baseline at every baseline (one fixed setting for all, as the adaptive
+/// policy is).
+pub fn study(baselines: &[Failures], one_for_all: bool, seeds: &[u64], scale: &Scale) -> Found {
     let started = std::time::Instant::now();
     let picks: Vec<(Failures, Vec<Pick>)> = on_every_core(baselines, |&failures| {
         let picks = if scale.fixed_families {
@@ -476,7 +479,7 @@ pub fn study(baselines: &[Failures], one_for_all: bool, scale: &Scale) -> Found 
     }
     let mut jobs = Vec::new();
     let mut add = |name: String, family, trip: TripPolicy, tuned_for, baseline, within| {
-        for &seed in &scale.eval_seeds {
+        for &seed in seeds {
             jobs.push(Job {
                 name: name.clone(),
                 family,
@@ -547,7 +550,11 @@ pub fn study(baselines: &[Failures], one_for_all: bool, scale: &Scale) -> Found 
             }),
         }
     }
-    Found { rows, picks }
+    Found {
+        rows,
+        picks,
+        seeds: seeds.to_vec(),
+    }
 }
 
 /// `12.3`, `12.3+` when some trials were cut at the cap.
@@ -570,7 +577,7 @@ pub fn print(title: &str, found: &Found, scale: &Scale) {
          them (all seeds, then each; {} a seed; budget {BUDGET_PER_MILLION}). Fixed settings tuned over the grid \
          on {} seeds x {} trials; '!': none of the family kept within the budget",
         scale.study5_trials,
-        scale.eval_seeds.len(),
+        found.seeds.len(),
         scale.study5_first,
         u64::from(scale.study5_trials) * 3 * scale.study5_gap,
         scale.tune_seeds.len(),
@@ -670,7 +677,7 @@ pub fn check_replica(found: &Found, scale: &Scale) {
             continue;
         }
         let mut replica = Judged::default();
-        for &seed in &scale.eval_seeds {
+        for &seed in &found.seeds {
             replica.merge(replica_judge(
                 fixed,
                 row.baseline,

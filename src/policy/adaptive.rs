@@ -181,7 +181,8 @@ fn wilson(hits: f64, trials: f64, z: f64) -> (f64, f64) {
 /// additions (none for a success while no test holds evidence), with a
 /// pass over each word of 64 outcomes as it is learned and about 150
 /// logarithms every 1,024 calls, and no allocation.
-/// Combine it with a fixed rule for the fastest trip on a hard outage:
+/// Combine it with a fixed rule for the fastest trip on a hard outage,
+/// where the dependency's failures do not normally come five in a row:
 ///
 /// ```
 /// use tower_circuit_breaker::policy::{Adaptive, CountWindow, TripPolicy};
