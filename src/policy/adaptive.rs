@@ -903,13 +903,21 @@ impl Tuned {
             };
         }
         let [light, heavy, run] = &mut tuned.on_failure;
+        // Most states take the chance of the state before them (every one,
+        // for independent failures): their steps are computed once.
+        let mut previous: Option<(f64, [f64; TESTS])> = None;
         for (state, &chance) in chances.iter().enumerate() {
-            let normal = (chance + (1.0 - chance) * extra).clamp(MIN_CHANCE, MAX_DEGRADED);
-            let ln_normal = normal.ln();
-            for (steps, added) in [(&mut *light, added[0]), (&mut *heavy, added[1])] {
-                steps[state] = (normal + (1.0 - normal) * added).ln() - ln_normal;
-            }
-            run[state] = -normal.min(run_cap).ln();
+            let steps = match previous {
+                Some((same, steps)) if same == chance => steps,
+                _ => {
+                    let normal = (chance + (1.0 - chance) * extra).clamp(MIN_CHANCE, MAX_DEGRADED);
+                    let ln_normal = normal.ln();
+                    let step = |added: f64| (normal + (1.0 - normal) * added).ln() - ln_normal;
+                    [step(added[0]), step(added[1]), -normal.min(run_cap).ln()]
+                }
+            };
+            [light[state], heavy[state], run[state]] = steps;
+            previous = Some((chance, steps));
         }
         tuned
     }
