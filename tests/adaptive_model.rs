@@ -2,7 +2,7 @@
 //! time: failures that come in runs keep within the stated budget once
 //! learned; a lasting rise smaller than `min_degradation` is learned,
 //! whether it creeps in or comes at once; a rise of `min_degradation`
-//! still trips at once.
+//! still trips at once, and one well above it keeps tripping.
 //!
 //! Every provider is a seeded failure process of the outage bench
 //! (`benches/outage_support/failures.rs`), so each run is the same. The
@@ -155,4 +155,19 @@ async fn a_rise_of_the_smallest_degradation_still_trips_at_once() {
         trips(&mut h, &mut provider, 10_000).await;
         settle(&mut h).await;
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lasting_rise_well_above_the_smallest_degradation_keeps_tripping() {
+    let mut h = Harness::new(Adaptive::new());
+    let mut provider = Provider::new(Failures::Independent { rate: 0.1 }, 6);
+    trips(&mut h, &mut provider, 200_000).await;
+    // From 10% to 30%: twenty points.
+    provider.set(Failures::Independent { rate: 0.3 });
+    trips(&mut h, &mut provider, 200_000).await;
+    let later = trips(&mut h, &mut provider, 100_000).await;
+    assert!(
+        later >= 100,
+        "{later} trips in the last 100,000 calls at 30%"
+    );
 }

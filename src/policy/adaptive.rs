@@ -238,7 +238,11 @@ fn wilson(hits: f64, trials: f64, z: f64) -> (f64, f64) {
 ///
 /// What this model does not capture (a dependence over long stretches, such
 /// as a daily cycle) shows as a moving failure rate, which the baseline
-/// follows (below), or as false trips beyond the budget.
+/// follows (below), or as false trips beyond the budget. And what it takes
+/// as normal, it is slow to call a degradation: with bad periods in which
+/// half the calls fail, a lasting rise to 20% or 40% of calls failing at
+/// random looks like a bad period that does not end, and takes hundreds of
+/// calls to notice (study 6 of the outage bench).
 ///
 /// # The tests
 ///
@@ -321,24 +325,28 @@ fn wilson(hits: f64, trials: f64, z: f64) -> (f64, f64) {
 /// spread of failures over words of 64 calls, which runs make larger than
 /// independent failures do), and below the long-run rate plus `d` by two,
 /// the tests take its upper bound as the baseline rate, until the long-run
-/// rate has caught up. A rise of `d` or more is never learned this way: it
-/// keeps tripping, and the long-run baseline learns only the outcomes
-/// between trips old enough, so it follows such a rise slowly, if at all. A
-/// rise spread over a hundred thousand calls from 2% to 10% (eight points,
-/// with the default ten) is followed without a trip in most runs; a sudden
-/// one trips it a few dozen times before it is learned. Until the
-/// long-run rate has caught up, the baseline tested against is the recent
-/// rate's upper bound, about a point above the recent rate: a further
-/// degradation takes longer to be noticed.
+/// rate has caught up with it. Meanwhile the baseline tested against is
+/// about a point above the recent rate (at 10%), so a further degradation
+/// takes a little longer to be noticed. A rise spread over a hundred
+/// thousand calls from 2% to 10% (eight points, with the default ten) is
+/// followed without a trip in most runs of the outage bench; a sudden one
+/// trips it about a hundred times before it is learned.
+///
+/// A rise that may be `d` or more is not learned this way: it keeps
+/// tripping, while the long-run rate learns only the outcomes between trips
+/// old enough, and so follows it slowly. Once the long-run rate has come
+/// within `d` of the new rate, the rise is learned too: a rise from 10% to
+/// 20% tripped it about 1,160 times over a million calls in the outage
+/// bench, then no more. A rise well above `d` keeps tripping it.
 ///
 /// The baseline is capped at `ceiling − d`, so the light test's `p1` is at
 /// most [`ceiling`](Self::ceiling); once the long-run rate reaches that
 /// cap, the learned chances are set aside and the dependency is tested as
 /// if its failures were independent at the cap: a failure rate at or above
-/// the ceiling always trips, however long the dependency has been failing. Until the
-/// baseline has learned [`warm_up`](Self::warm_up) outcomes, a fixed
-/// [`fallback`] policy judges instead (the tests keep their evidence
-/// meanwhile).
+/// the ceiling always trips, however long the dependency has been
+/// failing. Until the baseline has learned [`warm_up`](Self::warm_up)
+/// outcomes, a fixed [`fallback`] policy judges instead (the tests keep
+/// their evidence meanwhile).
 ///
 /// # Worked examples
 ///
