@@ -36,8 +36,8 @@ const MIN_CHANCE: f64 = 1e-12;
 const RUN_CHANCE_CAP: f64 = 0.7;
 /// The tests: light, heavy, run.
 const TESTS: usize = 3;
-/// The share of the false-trip budget each test spends. The run test adds
-/// little but a bound on hard outages, so it takes little.
+/// The share of the false-trip budget each test spends. The run test needs
+/// little: a run of failures adds to its evidence fast.
 const SHARES: [f64; TESTS] = [0.5, 0.48, 0.02];
 /// Outcomes the recent failure rate averages over: short enough to follow
 /// a rise spread over a hundred thousand calls within about a point.
@@ -48,8 +48,8 @@ const RECENT_MIN: f64 = 1024.0;
 /// outcomes that led to a trip are learned as well.
 const LEARNING: u64 = 20_000;
 /// Once past [`EAGER`] outcomes, the tests are retuned every this many
-/// words learned: the model then moves slowly, and a retune takes about 150
-/// logarithms.
+/// words learned: the model then moves slowly, and a retune takes up to
+/// about 150 logarithms (three when every state takes the same chance).
 const RETUNE_WORDS: u32 = 16;
 /// Until this many outcomes are learned (or the warm-up and one word, if
 /// longer), the tests are retuned at every word.
@@ -179,8 +179,8 @@ fn wilson(hits: f64, trials: f64, z: f64) -> (f64, f64) {
 /// It needs every outcome, successes included (they teach the baseline), so
 /// each call takes the breaker's lock to record; the work per call is a few
 /// additions (none for a success while no test holds evidence), with a
-/// pass over each word of 64 outcomes as it is learned and about 150
-/// logarithms every 1,024 calls, and no allocation.
+/// pass over each word of 64 outcomes as it is learned and at most about
+/// 150 logarithms every 1,024 calls, and no allocation.
 /// Combine it with a fixed rule for the fastest trip on a hard outage,
 /// where the dependency's failures do not normally come five in a row:
 ///
