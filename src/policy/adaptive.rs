@@ -268,7 +268,7 @@ fn wilson(hits: f64, trials: f64, z: f64) -> (f64, f64) {
 /// - *run* (2%): every call failing, `e = 1`: a success ends its evidence,
 ///   and a run of failures trips it once the run is less likely than the
 ///   budget under the learned model (five failures in a row over a steady
-///   2%, eight over 10%, however few any other test needs).
+///   2%, eight over 10%, where another test may need more).
 ///
 /// # The false-trip bound
 ///
@@ -337,7 +337,8 @@ fn wilson(hits: f64, trials: f64, z: f64) -> (f64, f64) {
 /// old enough, and so follows it slowly. Once the long-run rate has come
 /// within `d` of the new rate, the rise is learned too: a rise from 10% to
 /// 20% tripped it about 1,160 times over a million calls in the outage
-/// bench, then no more. A rise well above `d` keeps tripping it.
+/// bench, then about as rarely as a steady rate does. A rise well above `d`
+/// keeps tripping it.
 ///
 /// The baseline is capped at `ceiling − d`, so the light test's `p1` is at
 /// most [`ceiling`](Self::ceiling); once the long-run rate reaches that
