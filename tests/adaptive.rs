@@ -9,6 +9,8 @@
 //! (default 12) and `PROPTEST_RNG_SEED` the seed.
 
 mod common;
+#[path = "../benches/outage_support/failures.rs"]
+mod failures;
 #[path = "common/paused.rs"]
 mod paused;
 #[path = "common/rng.rs"]
@@ -25,8 +27,14 @@ use tower_circuit_breaker::policy::{
 use tower_circuit_breaker::{Breaker, Config, State};
 
 use common::{assert_policy_rejected, assert_rejected, builder, Call, Harness};
+use failures::Failures;
 use paused::{paused_runtime, proptest_config};
 use rng::SplitMix64;
+
+/// What a provider does with each call.
+trait Source {
+    fn call(&mut self) -> Call;
+}
 
 /// A provider failing `rate` of its calls at random.
 struct Provider {
@@ -34,9 +42,19 @@ struct Provider {
     rate: f64,
 }
 
-impl Provider {
+impl Source for Provider {
     fn call(&mut self) -> Call {
         if self.rng.next_f64() < self.rate {
+            Call::Fail
+        } else {
+            Call::Ok
+        }
+    }
+}
+
+impl Source for failures::Provider {
+    fn call(&mut self) -> Call {
+        if self.fails() {
             Call::Fail
         } else {
             Call::Ok
@@ -56,7 +74,7 @@ struct Tally {
 /// Sends calls from `provider` until `judged` of them were made while
 /// closed. Whenever the breaker is open, time moves on to its end, and the
 /// next call is a probe (which the provider may fail).
-async fn traffic(h: &mut Harness, provider: &mut Provider, judged: u64) -> Tally {
+async fn traffic(h: &mut Harness, provider: &mut impl Source, judged: u64) -> Tally {
     let mut tally = Tally::default();
     while tally.judged < judged {
         if let Some(wait) = h.breaker.retry_after() {
@@ -76,7 +94,7 @@ async fn traffic(h: &mut Harness, provider: &mut Provider, judged: u64) -> Tally
 
 /// Sends calls from `provider` until the breaker opens; the calls it took,
 /// or `None` if it stayed closed for `most` calls.
-async fn until_open(h: &mut Harness, provider: &mut Provider, most: u64) -> Option<u64> {
+async fn until_open(h: &mut Harness, provider: &mut impl Source, most: u64) -> Option<u64> {
     for calls in 1..=most {
         let _ = h.call(provider.call()).await;
         if h.state() != State::Closed {
@@ -86,9 +104,17 @@ async fn until_open(h: &mut Harness, provider: &mut Provider, most: u64) -> Opti
     None
 }
 
+/// Waits out the open periods, each probe a success, until closed.
+async fn settle(h: &mut Harness) {
+    while let Some(wait) = h.breaker.retry_after() {
+        advance(wait).await;
+        let _ = h.call(Call::Ok).await;
+    }
+}
+
 /// Healthy traffic until the warm-up is over (the fallback no longer
 /// judges); the tally of that stretch.
-async fn warm_up(h: &mut Harness, provider: &mut Provider) -> Tally {
+async fn warm_up(h: &mut Harness, provider: &mut impl Source) -> Tally {
     let mut tally = Tally::default();
     while matches!(
         h.breaker.snapshot().policy,
@@ -204,10 +230,7 @@ fn a_step_to_every_call_failing_trips_within_the_bound_whatever_the_warm_up() {
                 rate,
             };
             traffic(&mut h, &mut provider, healthy).await;
-            while let Some(wait) = h.breaker.retry_after() {
-                advance(wait).await;
-                let _ = h.call(Call::Ok).await;
-            }
+            settle(&mut h).await;
             let mut failures = 0;
             while h.state() == State::Closed {
                 failures += 1;
@@ -223,13 +246,15 @@ fn a_step_to_every_call_failing_trips_within_the_bound_whatever_the_warm_up() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_bound_on_a_hard_outage_is_reached_with_a_baseline_at_its_cap() {
-    // A provider failing 45% of calls: the baseline learns at most 40%
-    // (ceiling 0.5 less the smallest degradation, 0.1).
+async fn a_hard_outage_trips_within_the_bound_whatever_the_baseline_learned() {
     let policy = Adaptive::new().warm_up(0).baseline_horizon(1_000);
     let bound = policy.max_failures_to_trip().expect("valid parameters");
-    assert_eq!(bound, 27);
-    let mut h = Harness::new(policy);
+    assert_eq!(bound, 50);
+    // A provider failing 45% of calls at random: the baseline learns at
+    // most 40% (ceiling 0.5 less the smallest degradation, 0.1), and is then
+    // tested as independent failures at 40%: twenty in a row trip the run
+    // test (20 × ln(1/0.4) = 18.3 over a threshold of 17.7).
+    let mut h = Harness::new(policy.clone());
     let mut provider = Provider {
         rng: SplitMix64(7),
         rate: 0.45,
@@ -237,14 +262,39 @@ async fn the_bound_on_a_hard_outage_is_reached_with_a_baseline_at_its_cap() {
     traffic(&mut h, &mut provider, 5_000).await;
     let (learned, _) = baseline(&h.breaker);
     assert!((0.38..=0.4).contains(&learned), "{learned}");
-    // From no evidence at all, it takes the whole bound.
     h.breaker.reset();
     let mut failures = 0;
     while h.state() == State::Closed {
         failures += 1;
         h.through(Call::Fail).await;
     }
-    assert_eq!(failures, bound);
+    assert_eq!(failures, 20);
+
+    // A provider whose failures come in runs of 10 to 20, 20% of calls:
+    // runs that long are learned as normal, and a hard outage takes longer
+    // to tell from one, never longer than the bound.
+    let mut h = Harness::new(Adaptive::new().warm_up(0));
+    let runs = Failures::Runs {
+        rate: 0.2,
+        shortest: 10,
+        longest: 20,
+    };
+    let mut provider = failures::Provider::new(runs, 8);
+    let mut longest = 0;
+    for _ in 0..3 {
+        // Trips while the runs are still being learned are not counted.
+        traffic(&mut h, &mut provider, 10_000).await;
+        settle(&mut h).await;
+        let mut failures = 0;
+        while h.state() == State::Closed {
+            failures += 1;
+            h.through(Call::Fail).await;
+            assert!(failures <= bound, "still closed after {failures} failures");
+        }
+        longest = longest.max(failures);
+        settle(&mut h).await;
+    }
+    assert!(longest > 20, "{longest}");
 }
 
 // ---------------------------------------------------------------------------
@@ -258,7 +308,8 @@ async fn the_baseline_does_not_move_while_open_or_half_open() {
         rng: SplitMix64(11),
         rate: 0.02,
     };
-    traffic(&mut h, &mut provider, 20_000).await;
+    // Past the first 20,000 outcomes, while which a trip's are learned.
+    traffic(&mut h, &mut provider, 25_000).await;
     let before = baseline(&h.breaker);
     assert!((before.0 - 0.02).abs() < 0.005, "{before:?}");
 
@@ -302,7 +353,9 @@ async fn a_manual_reset_clears_the_test_and_keeps_the_baseline() {
         rng: SplitMix64(3),
         rate: 0.1,
     };
-    traffic(&mut h, &mut provider, 5_000).await;
+    // Past the first 20,000 outcomes, while which a reset learns the
+    // outcomes held back rather than forget them.
+    traffic(&mut h, &mut provider, 25_000).await;
     let learned = baseline(&h.breaker);
     h.fail(3).await;
     h.breaker.reset();
@@ -340,10 +393,7 @@ async fn a_rise_from_two_to_forty_percent_trips_it_and_is_named() {
         rate: 0.02,
     };
     traffic(&mut h, &mut provider, 50_000).await;
-    while let Some(wait) = h.breaker.retry_after() {
-        advance(wait).await;
-        let _ = h.call(Call::Ok).await;
-    }
+    settle(&mut h).await;
     provider.rate = 0.4;
     let calls = until_open(&mut h, &mut provider, 200).await;
     assert!(calls.is_some(), "a 40% failure rate went unnoticed");
@@ -372,10 +422,7 @@ async fn adaptive_or_five_failures_in_five_calls_trips_on_whichever_sees_it_firs
         rate: 0.1,
     };
     traffic(&mut h, &mut provider, 20_000).await;
-    while let Some(wait) = h.breaker.retry_after() {
-        advance(wait).await;
-        let _ = h.call(Call::Ok).await;
-    }
+    settle(&mut h).await;
     // At a 10% baseline the adaptive test needs nine failures in a row; the
     // count window five.
     h.succeed(10).await;
