@@ -446,6 +446,19 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
             }
             return self.call_admitted(req, word.generation(), None, Record::Policy);
         }
+        // The refusal `poll_ready` promised, on a word that has not moved:
+        // the common case while open, decided here without a call.
+        if let Reservation::Reject {
+            word: seen,
+            retry_at,
+            state,
+        } = self.ready
+        {
+            if seen == word.0 {
+                self.ready = Reservation::Unchecked;
+                return ResponseFuture::rejected(self.handle.refused(retry_at, state));
+            }
+        }
         self.call_not_closed(req, word)
     }
 }
