@@ -15,6 +15,7 @@ use tokio::sync::broadcast;
 
 use crate::config::Config;
 use crate::events::{State, Transition};
+use crate::outcome::Verdict;
 use crate::policy::{PolicyFigures, TripReason};
 use shared::{Command, Shared};
 
@@ -140,6 +141,55 @@ impl Breaker {
     /// counters, the backoff, any announced retry-after.
     pub fn reset(&self) -> bool {
         self.shared.command(Command::Reset)
+    }
+
+    /// Opens the breaker because code outside its calls saw the dependency
+    /// struggle: a load shedder, a health checker, a provider's status page,
+    /// a quota alarm. Unlike [`force_open`](Self::force_open), an operator's
+    /// hold, this is the breaker's own opening: announced as a transition
+    /// with [`TripReason::Signal`], for the config's open period (lengthened
+    /// by backoff when it was already probing), never shorter than
+    /// `retry_after` (capped by `max_open`), then probed and closed on
+    /// evidence as usual, and shared with a fleet like any opening. An open
+    /// breaker stays open, its period lengthened when `retry_after` reaches
+    /// past it; an operator's hold is left alone. Returns whether the
+    /// breaker changed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::{Breaker, Config, State};
+    ///
+    /// let breaker = Breaker::new(Config::builder().name("openai").build()?);
+    /// // The provider's status page says it is degraded for a minute.
+    /// breaker.trip("status page: degraded", Some(Duration::from_secs(60)));
+    /// assert_eq!(breaker.state(), State::Open);
+    /// # Ok::<_, tower_circuit_breaker::ConfigError>(())
+    /// ```
+    pub fn trip(&self, reason: impl Into<Arc<str>>, retry_after: Option<Duration>) -> bool {
+        let reason = TripReason::Signal {
+            reason: reason.into(),
+        };
+        self.shared.trip(reason, retry_after)
+    }
+
+    /// Records an outcome observed outside any call (a health check's
+    /// result, a stream that failed after its call ended): while closed it
+    /// feeds the trip policy as a call's outcome would, and can open the
+    /// breaker; held closed by an operator it is counted; otherwise (open,
+    /// half-open, isolated or disabled) it changes nothing, since it is no
+    /// probe. To open the breaker from any state, use [`trip`](Self::trip).
+    ///
+    /// ```
+    /// use tower_circuit_breaker::{classify::Outcome, policy::ConsecutiveFailures, Breaker, Config, State};
+    ///
+    /// let breaker = Breaker::new(Config::builder().trip(ConsecutiveFailures::new(2)).build()?);
+    /// breaker.record(Outcome::Failure); // two health checks failed
+    /// breaker.record(Outcome::Failure);
+    /// assert_eq!(breaker.state(), State::Open);
+    /// # Ok::<_, tower_circuit_breaker::ConfigError>(())
+    /// ```
+    pub fn record(&self, verdict: impl Into<Verdict>) {
+        self.shared.record_outside(verdict.into());
     }
 
     /// Shadow mode: the breaker records, decides and announces everything a

@@ -23,6 +23,7 @@
 //! | `tally` | successes counted without the lock |
 //! | `transition` | opening, closing, the next open period, announcing |
 //! | `manual` | an operator's commands and shadow mode |
+//! | `signal` | openings and outcomes reported from outside any call |
 //! | `prober` | the core's side of active probing |
 //! | `fleet` | taking in what a fleet backend decided |
 //! | `retire` | marks of use and retirement from a registry |
@@ -35,6 +36,7 @@ mod prober;
 mod probes;
 mod record;
 mod retire;
+mod signal;
 mod snapshot;
 mod tally;
 mod transition;

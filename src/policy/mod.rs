@@ -209,6 +209,13 @@ pub enum TripReason {
     /// breaker (or it was open when this instance joined), or the fleet
     /// closed it.
     Shared,
+    /// Code outside the breaker's calls saw the dependency struggle (a load
+    /// shedder, a health check, a quota alarm) and said so with
+    /// [`Breaker::trip`](crate::Breaker::trip).
+    Signal {
+        /// What the code that tripped it said.
+        reason: std::sync::Arc<str>,
+    },
 }
 
 impl TripReason {
@@ -226,6 +233,7 @@ impl TripReason {
             TripReason::Manual => "manual",
             TripReason::Pushback { .. } => "pushback",
             TripReason::Shared => "shared",
+            TripReason::Signal { .. } => "signal",
         }
     }
 }
@@ -266,6 +274,7 @@ impl fmt::Display for TripReason {
                 retry_after.as_millis()
             ),
             TripReason::Shared => f.write_str("decided by the fleet through shared state"),
+            TripReason::Signal { reason } => write!(f, "tripped from outside its calls: {reason}"),
         }
     }
 }

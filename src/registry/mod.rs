@@ -64,6 +64,7 @@
 //! ```
 
 mod extract;
+mod permit;
 mod service;
 
 use std::collections::hash_map::RandomState;
@@ -77,6 +78,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::broadcast;
 
 pub use extract::{authority, header};
+pub use permit::{AcquireError, KeyedPermit};
 pub use service::{KeyedCircuitBreaker, KeyedFuture, KeyedLayer, RECENT_KEYS};
 
 use crate::breaker::shared::{Shared, Successor, EVENT_CAPACITY};

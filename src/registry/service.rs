@@ -299,7 +299,7 @@ impl<K: Eq> Recent<K> {
 }
 
 /// How a call holds a breaker it went through until its outcome is in.
-enum Hold {
+pub(super) enum Hold {
     /// Through a breaker this clone remembers: a lease on the clone's own
     /// handle (no reference count shared with other clones).
     Leased(Lease<()>),
@@ -309,7 +309,7 @@ enum Hold {
 
 impl Hold {
     #[inline]
-    fn shared(&self) -> &Arc<Shared> {
+    pub(super) fn shared(&self) -> &Arc<Shared> {
         match self {
             Hold::Leased(lease) => &lease.shared,
             Hold::Shared(looked_up) => &looked_up.0.shared,
@@ -320,10 +320,10 @@ impl Hold {
 /// A breaker looked up for one call: a handle that does not hold it in the
 /// registry (evicted while the call is in flight, the outcome goes to the
 /// key's breaker then), so that calls in flight never fill the registry.
-struct LookedUp(Breaker);
+pub(super) struct LookedUp(Breaker);
 
 impl LookedUp {
-    fn new(breaker: Breaker) -> Self {
+    pub(super) fn new(breaker: Breaker) -> Self {
         breaker.shared.note_internal_handle(true);
         LookedUp(breaker)
     }
@@ -336,11 +336,11 @@ impl Drop for LookedUp {
 }
 
 /// One breaker a call went through, and how it was admitted there.
-struct Leg {
-    hold: Hold,
+pub(super) struct Leg {
+    pub(super) hold: Hold,
     generation: u32,
     permit: Option<Box<Permit>>,
-    record: Record,
+    pub(super) record: Record,
 }
 
 impl Leg {
@@ -370,7 +370,7 @@ impl Leg {
     }
 
     #[inline(always)]
-    fn record(&mut self, verdict: Verdict, start: Option<Instant>) {
+    pub(super) fn record(&mut self, verdict: Verdict, start: Option<Instant>) {
         if self.record == Record::Nothing {
             return;
         }
@@ -392,7 +392,7 @@ impl Leg {
 /// permit it would only give back). Dropping the parent's leg on the
 /// child's refusal gives back any permit it took.
 #[inline(always)]
-fn admit_both(
+pub(super) fn admit_both(
     child: (Hold, Counts<'_>),
     parent: Option<(Hold, Counts<'_>)>,
 ) -> Result<[Option<Leg>; 2], CircuitOpen> {

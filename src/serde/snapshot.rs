@@ -66,7 +66,8 @@ impl Serialize for TripReason {
             TripReason::ProbeFailed
             | TripReason::ProbeTimedOut
             | TripReason::Manual
-            | TripReason::Shared => (&[], None, None),
+            | TripReason::Shared
+            | TripReason::Signal { .. } => (&[], None, None),
         };
         let len = 2
             + figures.len()

@@ -1,0 +1,319 @@
+//! The breaker outside tower: ask it before a call, tell it how the call
+//! went.
+//!
+//! A provider is rarely reached through one tower stack only: a background
+//! job, a websocket session, a queue consumer or a command-line client call
+//! it too. They share its [`Breaker`] through the two-step form:
+//!
+//! 1. [`Breaker::try_acquire`] admits the call, as the tower service does
+//!    (the same admission: closed, it admits; open, it refuses with the
+//!    same [`CircuitOpen`]; half-open, it hands out one of the `probes`
+//!    permits), and returns a [`CallPermit`];
+//! 2. the permit records the outcome: [`success`](CallPermit::success),
+//!    [`failure`](CallPermit::failure), [`ignore`](CallPermit::ignore), or a
+//!    [`Verdict`] with a retry-after hint ([`finish`](CallPermit::finish)).
+//!    Dropped unrecorded (the call was abandoned, or a panic unwound past
+//!    it), the call counts as cancelled, as a response future dropped
+//!    before its answer does, and a probe's permit goes back.
+//!
+//! [`Breaker::run`] and [`Breaker::run_with`] do both around an async block,
+//! classifying its result like a service's (a panic in it is a failure,
+//! resumed). Generations hold as for the service: a permit from a closed
+//! breaker that has since opened records nothing.
+//!
+//! For signals rather than calls: [`Breaker::trip`] opens the breaker
+//! because something else saw the dependency struggle, and
+//! [`Breaker::record`] feeds an outcome observed without a call.
+//!
+//! ```
+//! use tower::BoxError;
+//! use tower_circuit_breaker::{Breaker, Config};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), BoxError> {
+//! let breaker = Breaker::new(Config::builder().name("search").build()?);
+//!
+//! // A background job, one item at a time.
+//! match breaker.try_acquire() {
+//!     Ok(permit) => match index_one_item().await {
+//!         Ok(()) => permit.success(),
+//!         Err(_) => permit.failure(),
+//!     },
+//!     Err(open) => println!("skipped; retry in {:?}", open.retry_after()),
+//! }
+//!
+//! // Or around an async block: the breaker classifies its result.
+//! let answer: Result<u32, BoxError> = breaker.run(|| async { Ok(42) }).await;
+//! assert_eq!(answer?, 42);
+//! # Ok(())
+//! # }
+//! # async fn index_one_item() -> Result<(), ()> { Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::breaker::admission::Permit;
+use crate::breaker::shared::Shared;
+use crate::breaker::Breaker;
+use crate::classify::{Classify, ErrorsAsFailures, Outcome, Verdict};
+use crate::error::{CircuitOpen, Name};
+use crate::future::{record, Hold, Record, ResponseFuture};
+use crate::service::{Counts, Settled};
+
+/// Leave to make one call through a breaker, from
+/// [`Breaker::try_acquire`]: record how the call went with
+/// [`success`](Self::success), [`failure`](Self::failure),
+/// [`ignore`](Self::ignore) or [`finish`](Self::finish). Dropped unrecorded,
+/// the call counts as cancelled (neither way) and a probe's permit goes
+/// back. A closed breaker's permit holds no lock and allocates nothing.
+#[must_use = "a permit records how the call went; dropped unrecorded, the call counts as cancelled"]
+pub struct CallPermit {
+    shared: Arc<Shared>,
+    generation: u32,
+    permit: Option<Box<Permit>>,
+    record: Record,
+    /// When the call began, for a policy that judges latencies.
+    start: Option<Instant>,
+}
+
+/// The parts of an admitted call, before they become a permit or a
+/// response future.
+struct Admitted {
+    generation: u32,
+    permit: Option<Box<Permit>>,
+    record: Record,
+    start: Option<Instant>,
+}
+
+/// Admits one call at `shared`, as the tower service would, counting it.
+fn admit(shared: &Arc<Shared>) -> Result<Admitted, CircuitOpen> {
+    match Settled::of(shared.admit(), shared, Counts::Breaker) {
+        Settled::Admitted {
+            generation,
+            permit,
+            record,
+        } => {
+            shared.count_call(true);
+            Ok(Admitted {
+                generation,
+                permit: permit.map(Box::new),
+                record,
+                start: shared.needs_latency().then(Instant::now),
+            })
+        }
+        Settled::Refused { retry_at, state } => {
+            shared.count_call(false);
+            Err(CircuitOpen::new(Name::new(shared.name()), retry_at, state))
+        }
+    }
+}
+
+impl Breaker {
+    /// Asks to make one call, outside any tower service: a permit to record
+    /// its outcome with, or the [`CircuitOpen`] the service would refuse
+    /// with. The same admission as the service's: half-open, it takes one
+    /// of the `probes` permits (its deadline starts now), so a call made
+    /// with it is a probe. See the [`permit`](crate::permit) module.
+    ///
+    /// ```
+    /// use tower_circuit_breaker::{Breaker, Config, State};
+    ///
+    /// let breaker = Breaker::new(Config::default());
+    /// let permit = breaker.try_acquire().expect("closed: admitted");
+    /// permit.failure(); // the call failed
+    /// assert_eq!(breaker.snapshot().counts.failures, 1);
+    ///
+    /// breaker.force_open(None);
+    /// let refused = breaker.try_acquire().unwrap_err();
+    /// assert_eq!(refused.state(), State::ForcedOpen);
+    /// ```
+    pub fn try_acquire(&self) -> Result<CallPermit, CircuitOpen> {
+        let admitted = admit(&self.shared)?;
+        Ok(CallPermit {
+            shared: Arc::clone(&self.shared),
+            generation: admitted.generation,
+            permit: admitted.permit,
+            record: admitted.record,
+            start: admitted.start,
+        })
+    }
+
+    /// Runs `call` through the breaker, every `Err` a failure: refused (as
+    /// the service refuses) without running it, or run and recorded when it
+    /// completes. Dropped before it completes, the call counts as
+    /// cancelled; a panic in it is a failure, then resumed.
+    ///
+    /// ```
+    /// use tower_circuit_breaker::{Breaker, CircuitOpen, Config};
+    ///
+    /// #[derive(Debug)]
+    /// enum JobError { Refused(CircuitOpen), Upstream(String) }
+    ///
+    /// impl From<CircuitOpen> for JobError {
+    ///     fn from(open: CircuitOpen) -> Self { JobError::Refused(open) }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let breaker = Breaker::new(Config::default());
+    /// let result: Result<(), JobError> = breaker
+    ///     .run(|| async { Err(JobError::Upstream("timed out".into())) })
+    ///     .await;
+    /// assert!(matches!(result, Err(JobError::Upstream(_))));
+    /// assert_eq!(breaker.snapshot().counts.failures, 1);
+    /// # }
+    /// ```
+    pub async fn run<T, E, Fut>(&self, call: impl FnOnce() -> Fut) -> Result<T, E>
+    where
+        Fut: Future<Output = Result<T, E>>,
+        E: From<CircuitOpen>,
+    {
+        self.run_with(ErrorsAsFailures, call).await
+    }
+
+    /// [`run`](Self::run), judging the result with `classifier` (an
+    /// [`HttpClassifier`](crate::classify::HttpClassifier), a closure...):
+    /// an ignored outcome counts neither way, and a verdict's retry-after
+    /// hint keeps the breaker open at least that long when it opens.
+    ///
+    /// ```
+    /// use tower_circuit_breaker::classify::Outcome;
+    /// use tower_circuit_breaker::{Breaker, CircuitOpen, Config};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let breaker = Breaker::new(Config::default());
+    /// // A 4xx is the request's fault, not the provider's.
+    /// let classify = |result: Result<&u16, &CircuitOpen>| match result {
+    ///     Ok(400..=499) => Outcome::Ignore,
+    ///     Ok(500..) | Err(_) => Outcome::Failure,
+    ///     Ok(_) => Outcome::Success,
+    /// };
+    /// let status = breaker.run_with(classify, || async { Ok::<u16, CircuitOpen>(404) }).await;
+    /// assert_eq!(status.unwrap(), 404);
+    /// assert_eq!(breaker.snapshot().counts.ignored, 1);
+    /// # }
+    /// ```
+    pub async fn run_with<C, T, E, Fut>(
+        &self,
+        classifier: C,
+        call: impl FnOnce() -> Fut,
+    ) -> Result<T, E>
+    where
+        C: Classify<T, E>,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<CircuitOpen>,
+    {
+        let admitted = admit(&self.shared).map_err(E::from)?;
+        let hold = Hold::Direct {
+            shared: Arc::clone(&self.shared),
+            classifier,
+        };
+        // The response future the tower service would make: it records
+        // the outcome, a panic as a failure, a drop as a cancellation.
+        ResponseFuture::called(
+            call(),
+            hold,
+            admitted.generation,
+            admitted.permit,
+            admitted.start,
+            admitted.record,
+        )
+        .await
+    }
+}
+
+impl CallPermit {
+    /// The call succeeded.
+    pub fn success(self) {
+        self.finish(Outcome::Success);
+    }
+
+    /// The call failed in a way that may pass (a timeout, a refused
+    /// connection, a 5xx, a 429).
+    pub fn failure(self) {
+        self.finish(Outcome::Failure);
+    }
+
+    /// The call says nothing of the dependency's health (a 400, a 401):
+    /// it counts neither way, and a probe's permit goes back.
+    pub fn ignore(self) {
+        self.finish(Outcome::Ignore);
+    }
+
+    /// Records `verdict`: an outcome, and a retry-after hint the dependency
+    /// announced (a failure's hint keeps the breaker open at least that long
+    /// when it opens). A policy that judges latencies takes the time since
+    /// the permit was acquired.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::classify::{Outcome, Verdict};
+    /// use tower_circuit_breaker::{policy::ConsecutiveFailures, Breaker, Config};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let breaker = Breaker::new(Config::builder().trip(ConsecutiveFailures::new(1)).build().unwrap());
+    /// let permit = breaker.try_acquire().unwrap();
+    /// // The provider answered 429, retry after two minutes.
+    /// permit.finish(Verdict::new(Outcome::Failure).with_retry_after(Duration::from_secs(120)));
+    /// assert_eq!(breaker.retry_after(), Some(Duration::from_secs(120)));
+    /// # }
+    /// ```
+    pub fn finish(mut self, verdict: impl Into<Verdict>) {
+        self.record_verdict(verdict.into(), None);
+    }
+
+    /// [`finish`](Self::finish), with the call's latency measured by the
+    /// caller (for a slow-call policy), rather than the time since the
+    /// permit was acquired.
+    pub fn finish_timed(mut self, verdict: impl Into<Verdict>, latency: Duration) {
+        self.record_verdict(verdict.into(), Some(latency));
+    }
+
+    fn record_verdict(&mut self, verdict: Verdict, latency: Option<Duration>) {
+        if self.record == Record::Nothing {
+            return;
+        }
+        let count_only = self.record == Record::CountOnly;
+        self.record = Record::Nothing;
+        let start = match (latency, self.start) {
+            // A latency the caller measured: the call began that long ago.
+            (Some(latency), Some(_)) => Instant::now().checked_sub(latency),
+            (_, start) => start,
+        };
+        record(
+            &self.shared,
+            self.generation,
+            &mut self.permit,
+            verdict,
+            start,
+            count_only,
+        );
+    }
+}
+
+impl Drop for CallPermit {
+    fn drop(&mut self) {
+        // Never recorded: the call was abandoned, or a panic unwound past
+        // the permit. A cancellation; a probe's permit goes back as the
+        // field drops.
+        if self.record != Record::Nothing {
+            self.shared.count_cancelled();
+        }
+    }
+}
+
+impl std::fmt::Debug for CallPermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallPermit")
+            .field("breaker", self.shared.name())
+            .field("generation", &self.generation)
+            .field("probe", &self.permit.is_some())
+            .finish()
+    }
+}
