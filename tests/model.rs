@@ -8,7 +8,10 @@
 //! retry-after hint), are ignored, hang and are cancelled, or panic, calls
 //! that complete later (or are cancelled later) while other steps happen,
 //! and every manual control: `force_open` with and without a period,
-//! `force_closed`, `disable`, `restore`, `reset`, and shadow mode.
+//! `force_closed`, `disable`, `restore`, `reset`, and shadow mode. Calls
+//! also go through the two-step path outside tower (`try_acquire`, a
+//! permit recorded at once or in a later step, or dropped), mixed with the
+//! service's: one admission, one model.
 //!
 //! The model covers the consecutive-failures policy, `cooldown`, `backoff`,
 //! `min_open`, `max_open`, retry-after hints, one probe at a time with
@@ -41,7 +44,7 @@ use tower::{BoxError, Service, ServiceExt};
 use tower_circuit_breaker::classify::{Outcome, Verdict};
 use tower_circuit_breaker::events::Transition;
 use tower_circuit_breaker::policy::ConsecutiveFailures;
-use tower_circuit_breaker::{Breaker, CircuitBreaker, CircuitOpen, Config, State};
+use tower_circuit_breaker::{Breaker, CallPermit, CircuitBreaker, CircuitOpen, Config, State};
 
 // ---------------------------------------------------------------------------
 // The reference model.
@@ -577,6 +580,11 @@ enum Step {
     HangThenCancel,
     /// A call whose answer comes in a later step.
     Later,
+    /// A call made outside tower: `try_acquire`, then its permit records
+    /// the reply at once.
+    Acquire(Reply),
+    /// A permit taken with `try_acquire`, recorded in a later step.
+    AcquireLater,
     /// One of the waiting calls is answered.
     Complete(usize, Reply),
     /// One of the waiting calls is cancelled.
@@ -609,6 +617,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::Panic),
         1 => Just(Step::HangThenCancel),
         2 => Just(Step::Later),
+        6 => reply().prop_map(Step::Acquire),
+        1 => Just(Step::AcquireLater),
         2 => (any::<usize>(), reply()).prop_map(|(i, r)| Step::Complete(i, r)),
         1 => any::<usize>().prop_map(Step::Cancel),
         1 => prop_oneof![
@@ -678,9 +688,17 @@ macro_rules! agree {
 
 /// A call admitted and still running.
 struct Waiting {
-    future: Pin<Box<SvcFuture>>,
-    answer: oneshot::Sender<Reply>,
+    pending: Pending,
     admitted: Admitted,
+}
+
+/// How a waiting call will end: through the service, or a permit.
+enum Pending {
+    Call {
+        future: Pin<Box<SvcFuture>>,
+        answer: oneshot::Sender<Reply>,
+    },
+    Permit(CallPermit),
 }
 
 struct Run {
@@ -690,6 +708,8 @@ struct Run {
     events: broadcast::Receiver<Transition>,
     model: Model,
     waiting: Vec<Waiting>,
+    /// Calls admitted through permits, which reach no upstream.
+    permit_calls: u64,
 }
 
 fn failed(message: String) -> TestCaseError {
@@ -807,8 +827,24 @@ impl Run {
                 let (answer, receiver) = oneshot::channel();
                 if let Some((future, admitted)) = self.start(Script::Later(receiver)).await? {
                     self.waiting.push(Waiting {
-                        future: Box::pin(future),
-                        answer,
+                        pending: Pending::Call {
+                            future: Box::pin(future),
+                            answer,
+                        },
+                        admitted,
+                    });
+                }
+            }
+            Step::Acquire(reply) => {
+                if let Some((permit, admitted)) = self.acquire()? {
+                    permit.finish(classifier()(Ok(&reply)));
+                    self.model.complete(admitted, reply.ending());
+                }
+            }
+            Step::AcquireLater => {
+                if let Some((permit, admitted)) = self.acquire()? {
+                    self.waiting.push(Waiting {
+                        pending: Pending::Permit(permit),
                         admitted,
                     });
                 }
@@ -816,16 +852,21 @@ impl Run {
             Step::Complete(i, reply) => {
                 if !self.waiting.is_empty() {
                     let waiting = self.waiting.remove(i % self.waiting.len());
-                    let _ = waiting.answer.send(reply);
-                    let result = waiting.future.await;
-                    Self::check_answer(&result, reply)?;
+                    match waiting.pending {
+                        Pending::Call { future, answer } => {
+                            let _ = answer.send(reply);
+                            let result = future.await;
+                            Self::check_answer(&result, reply)?;
+                        }
+                        Pending::Permit(permit) => permit.finish(classifier()(Ok(&reply))),
+                    }
                     self.model.complete(waiting.admitted, reply.ending());
                 }
             }
             Step::Cancel(i) => {
                 if !self.waiting.is_empty() {
                     let waiting = self.waiting.remove(i % self.waiting.len());
-                    drop(waiting.future);
+                    drop(waiting.pending);
                     self.model.complete(waiting.admitted, Ending::Cancelled);
                 }
             }
@@ -861,6 +902,32 @@ impl Run {
             }
         }
         Ok(())
+    }
+
+    /// `try_acquire`; compares admission with the model. Returns the
+    /// permit of an admitted call, or checks the refusal.
+    fn acquire(&mut self) -> Result<Option<(CallPermit, Admitted)>, TestCaseError> {
+        let acquired = self.breaker.try_acquire();
+        match (acquired, self.model.admit()) {
+            (Ok(permit), Admission::Admitted(admitted)) => {
+                self.permit_calls += 1;
+                Ok(Some((permit, admitted)))
+            }
+            (
+                Err(open),
+                Admission::Refused {
+                    retry_after_ms,
+                    state,
+                },
+            ) => {
+                self.check_refusal(Err(open.into()), retry_after_ms, state)?;
+                Ok(None)
+            }
+            (acquired, expected) => Err(failed(format!(
+                "try_acquire: {:?}, model {expected:?}",
+                acquired.map(|_| "a permit")
+            ))),
+        }
     }
 
     async fn advance(&mut self, ms: u64) {
@@ -945,8 +1012,8 @@ impl Run {
         );
         agree!(
             c.calls,
-            self.upstream_calls() as u64,
-            "counts.calls against upstream calls"
+            self.upstream_calls() as u64 + self.permit_calls,
+            "counts.calls against upstream calls and permits"
         );
         let mut announced = Vec::new();
         loop {
@@ -975,6 +1042,7 @@ async fn run_case(settings: Settings, steps: Vec<Step>) -> Result<(), TestCaseEr
         upstream,
         model: Model::new(settings),
         waiting: Vec::new(),
+        permit_calls: 0,
     };
     run.compare()?;
     for (i, step) in steps.iter().enumerate() {
@@ -992,7 +1060,7 @@ async fn run_case(settings: Settings, steps: Vec<Step>) -> Result<(), TestCaseEr
     }
     // Whatever is still waiting is cancelled: every permit comes back.
     for waiting in std::mem::take(&mut run.waiting) {
-        drop(waiting.future);
+        drop(waiting.pending);
         run.model.complete(waiting.admitted, Ending::Cancelled);
     }
     run.compare()?;
