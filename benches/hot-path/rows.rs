@@ -89,6 +89,63 @@ where
     Scenario::new(caller, name, svc, breaker_in(&full, breaker, State::Open))
 }
 
+/// A call made outside tower, in the two-step form (`try_acquire`, the
+/// call, then the permit records a success), wrapped as a service so that
+/// it is called and timed as every other row is.
+#[derive(Clone)]
+struct TwoStep<S> {
+    breaker: Breaker,
+    inner: S,
+}
+
+impl<S> Service<u64> for TwoStep<S>
+where
+    S: Service<
+        u64,
+        Response = u64,
+        Error = BenchError,
+        Future = std::future::Ready<Result<u64, BenchError>>,
+    >,
+{
+    type Response = u64;
+    type Error = BenchError;
+    type Future = std::future::Ready<Result<u64, BenchError>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BenchError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, x: u64) -> Self::Future {
+        match self.breaker.try_acquire() {
+            Ok(permit) => {
+                let answer = self.inner.call(x).into_inner();
+                match &answer {
+                    Ok(_) => permit.success(),
+                    Err(_) => permit.failure(),
+                }
+                ready(answer)
+            }
+            Err(open) => ready(Err(open.into())),
+        }
+    }
+}
+
+/// The default breaker, closed, through the two-step form.
+fn two_step(caller: Caller) -> Scenario {
+    let name = "closed/two_step";
+    let full = format!("{}{name}", caller.prefix());
+    let breaker = Breaker::new(Config::default());
+    let mut svc = TwoStep {
+        breaker: breaker.clone(),
+        inner: inner(),
+    };
+    expect_served(&full, &mut svc);
+    Scenario::new(caller, name, svc, breaker_in(&full, breaker, State::Closed))
+}
+
 /// This crate and the peers, closed and open, with a typed error and with
 /// `BoxError`, called by `caller`.
 fn breaker_rows(caller: Caller) -> Vec<Scenario> {
@@ -139,6 +196,7 @@ fn breaker_rows(caller: Caller) -> Vec<Scenario> {
             fail_fast,
             inner(),
         ),
+        two_step(caller),
         rejected(caller, "rejected", inner(), || BenchError::Failed),
     ];
     let boxed = vec![
