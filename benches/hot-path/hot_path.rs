@@ -38,6 +38,8 @@
 //! * `bare`: the inner service alone, the baseline of the rows below it.
 //! * `closed/*`: the breaker, closed, in front of it, one per trip policy,
 //!   and `closed/gate` in gate readiness mode; every call succeeds.
+//!   `closed/two_step` is the default breaker used outside tower, in the
+//!   two-step form (`try_acquire`, the call, the permit's `success`).
 //! * `rejected`: the breaker, open, refusing every call with `CircuitOpen`.
 //! * `peer/closed/*`, `peer/rejected/*`: the other breaker crates in front
 //!   of the same inner service, closed and forced open (see
