@@ -166,6 +166,25 @@
 //! # }
 //! ```
 //!
+//! # Outside tower
+//!
+//! Code that is not a tower service (a background job, a websocket
+//! session, a queue consumer) shares the same breaker through its two-step
+//! form ([`permit`]): [`Breaker::try_acquire`] admits a call as the service
+//! would, and the [`CallPermit`] records how it went. [`Breaker::trip`]
+//! opens the breaker on a signal from elsewhere (a load shedder, a health
+//! check), through its normal path.
+//!
+//! ```
+//! use tower_circuit_breaker::{Breaker, Config};
+//!
+//! let breaker = Breaker::new(Config::default());
+//! if let Ok(permit) = breaker.try_acquire() {
+//!     // ... make the call ...
+//!     permit.success();
+//! }
+//! ```
+//!
 //! # Shared state across a fleet
 //!
 //! By default a breaker's state lives in the process. With the `redis`
