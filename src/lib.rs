@@ -46,6 +46,19 @@
 //!   because a circuit is open: tower would discard the service.
 //! * **Half-open is derived from the clock**: open plus an elapsed open
 //!   period reads as half-open. No timer task exists that could be lost.
+//! * **The clock is tokio's** ([`tokio::time::Instant`]), so paused time
+//!   (`#[tokio::test(start_paused = true)]`, `advance`) drives open periods,
+//!   windows and probe deadlines in your tests as in ours, and an open period
+//!   ends when tokio's clock says, not a tick later. It is read only where a
+//!   decision needs it: never by a success under the default or count-window
+//!   policies (a failure reads it, to date an opening); once by a refusal,
+//!   which compares it with the period's end that each service clone works out
+//!   once per open period; once per call by time windows, twice by slow-call
+//!   policies. A coarse OS clock would be cheaper to read but needs a
+//!   dependency the core does without and ignores paused time; a timestamp
+//!   cached by a timer task would be cheaper still, but ends periods up to a
+//!   tick late, needs a task on every runtime and would need a second path for
+//!   paused time.
 //! * **Two readiness modes** ([`Readiness`]): fail fast (the default: ready
 //!   at once, `call` refuses) or gate (`Pending` until a probe is possible,
 //!   woken exactly then, so `tower::balance` routes around the endpoint).
