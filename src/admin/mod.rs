@@ -12,6 +12,9 @@
 //! | `POST /breakers/{name}/{action}` | manual control of one breaker: **only with [`Admin::control`]** |
 //! | `POST /groups/{prefix}/{action}` | the same for every breaker whose name starts with `prefix`: **only with [`Admin::control`]** |
 //!
+//! Nested under `/admin`, the page is `/admin` itself: axum's nesting
+//! routes no `/admin/` (tower-http's `NormalizePath` can add it).
+//!
 //! Names go in paths percent-encoded (`/breakers/openai%2Fgpt-x`). The
 //! actions are `force-open` (held open until restored; `?for=30s` opens it
 //! for that long instead, then it probes as usual), `force-closed`,
