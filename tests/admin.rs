@@ -395,7 +395,13 @@ async fn a_slow_event_client_is_dropped_and_neither_the_breakers_nor_other_clien
 
     let mut received = 0;
     let mut lagged = None;
-    while let Some(event) = slow.next_event().await {
+    // Bounded, so that a stream that never says `lagged` fails the test
+    // rather than hanging it.
+    let patience = Duration::from_secs(60);
+    while let Some(event) = tokio::time::timeout(patience, slow.next_event())
+        .await
+        .unwrap_or_else(|_| panic!("the slow client waited {patience:?} after {received} events"))
+    {
         match event.event.as_deref() {
             Some("transition") => received += 1,
             Some("lagged") => {
@@ -410,17 +416,21 @@ async fn a_slow_event_client_is_dropped_and_neither_the_breakers_nor_other_clien
         missed > 0 && received < TRANSITIONS,
         "received {received}, missed {missed}"
     );
-    assert!(
-        slow.next().await.is_none(),
-        "the slow client's stream ended"
-    );
+    let end = tokio::time::timeout(patience, slow.next())
+        .await
+        .expect("the slow client's stream ended or went on");
+    assert!(end.is_none(), "the slow client's stream ended");
 
     // The endpoint serves on, and a new stream is live. (The breaker is
     // closed again: `force_open` makes a transition, `reset` would not.)
     let mut again = Events::open(addr, "/events").await;
     again.next().await.unwrap();
     breaker.force_open(None);
-    assert_eq!(again.next_event().await.unwrap().json()["breaker"], name);
+    let event = tokio::time::timeout(patience, again.next_event())
+        .await
+        .expect("a transition on the new stream")
+        .expect("a live stream");
+    assert_eq!(event.json()["breaker"], name);
 }
 
 const ACTIONS: [&str; 5] = ["force-open", "force-closed", "disable", "restore", "reset"];
