@@ -270,6 +270,7 @@
 //! | `axum` | `CircuitOpen` answers as a 503 with `Retry-After` |
 //! | `tonic` | `CircuitOpen` into `tonic::Status`; a classifier of `Status` errors |
 //! | `redis` | breaker state shared by a fleet through Redis ([`store::redis`]) |
+//! | `admin` | an axum router for the people on call ([`admin`]): breakers as JSON, transitions as server-sent events, a live page, opt-in control |
 //!
 //! [tower]: https://docs.rs/tower
 
@@ -282,6 +283,9 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
+pub mod admin;
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod axum;

@@ -9,6 +9,10 @@
 //! | `circuit_breaker_calls_total` | counter | `breaker`, `outcome` (`admitted`, `rejected`, `failure`, `ignored`, `stale`, `cancelled`) | by [`export`] / [`export_registry`] |
 //! | `circuit_breaker_opened_total` | counter | `breaker` | by [`export`] / [`export_registry`] |
 //!
+//! A Grafana dashboard over these series (states over time per breaker,
+//! transitions, refusals, failure rate) is in the crate's repository, as
+//! `grafana/circuit-breakers.json`, to import with a Prometheus data source.
+//!
 //! Call [`install`] once, next to installing your recorder: from then on
 //! every breaker's state gauges and transition counters are pushed as
 //! transitions happen (the breakers tell an [observer](crate::events::Observer)

@@ -1,0 +1,134 @@
+//! The admin endpoint's JSON: a breaker as it is shown, written so that no
+//! name can pass for markup, and the answers that carry it.
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, X_CONTENT_TYPE_OPTIONS};
+use http::{HeaderValue, StatusCode};
+use serde::Serialize;
+
+use super::Admin;
+use crate::{Breaker, Snapshot};
+
+/// A breaker as the endpoint shows it: its snapshot's fields, its parent's
+/// name and its failure rate.
+#[derive(Serialize)]
+pub(super) struct Entry {
+    #[serde(flatten)]
+    pub(super) snapshot: Snapshot,
+    parent: Option<String>,
+    failure_rate: Option<f64>,
+}
+
+impl Entry {
+    pub(super) fn of(admin: &Admin, breaker: &Breaker) -> Self {
+        let snapshot = breaker.snapshot();
+        Entry {
+            parent: admin.parent_of(&snapshot.name),
+            failure_rate: failure_rate(&snapshot),
+            snapshot,
+        }
+    }
+}
+
+/// Failures over the calls whose outcome counted since the breaker was
+/// made: admitted calls less those ignored, dropped as stale or cancelled.
+/// (Calls still in flight count as not failed; successes are not counted
+/// separately, see [`Counts`](crate::Counts).)
+fn failure_rate(snapshot: &Snapshot) -> Option<f64> {
+    let counts = &snapshot.counts;
+    let settled = counts
+        .calls
+        .saturating_sub(counts.ignored)
+        .saturating_sub(counts.stale)
+        .saturating_sub(counts.cancelled);
+    (settled > 0).then(|| (counts.failures as f64 / settled as f64).min(1.0))
+}
+
+/// `value` as JSON in which `<`, `>`, `&` and the two line separators
+/// JavaScript rejects in strings are written as `\u` escapes. They can only
+/// stand inside strings in JSON, so the text stays the same JSON, and no
+/// page that embeds it, or browser that sniffs it, can read a name as
+/// markup.
+pub(super) fn to_json(value: &impl Serialize) -> Result<String, serde_json::Error> {
+    let json = serde_json::to_string(value)?;
+    let mut escaped = String::with_capacity(json.len());
+    for c in json.chars() {
+        match c {
+            '<' => escaped.push_str("\\u003c"),
+            '>' => escaped.push_str("\\u003e"),
+            '&' => escaped.push_str("\\u0026"),
+            '\u{2028}' => escaped.push_str("\\u2028"),
+            '\u{2029}' => escaped.push_str("\\u2029"),
+            c => escaped.push(c),
+        }
+    }
+    Ok(escaped)
+}
+
+/// An answer of `status` with `value` as JSON.
+pub(super) fn respond(status: StatusCode, value: &impl Serialize) -> Response {
+    match to_json(value) {
+        Ok(json) => with_headers(status, "application/json", json),
+        Err(err) => with_headers(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain; charset=utf-8",
+            format!("cannot write the answer as JSON: {err}\n"),
+        ),
+    }
+}
+
+/// An error as `{"error": message}`.
+pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    #[derive(Serialize)]
+    struct Error {
+        error: String,
+    }
+    respond(
+        status,
+        &Error {
+            error: message.into(),
+        },
+    )
+}
+
+/// `body` with its type, and the headers every admin answer carries: never
+/// sniffed as another type, never stored by a cache (it is live state).
+pub(super) fn with_headers(
+    status: StatusCode,
+    content_type: &'static str,
+    body: String,
+) -> Response {
+    let mut response = (status, Body::from(body)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markup_characters_are_escaped_and_the_json_reads_back_the_same() {
+        let name = "<img src=x onerror=alert(1)> & \"q\" \u{2028}";
+        let json = to_json(&name).unwrap();
+        assert!(!json.contains(['<', '>', '&', '\u{2028}']), "{json}");
+        assert_eq!(serde_json::from_str::<String>(&json).unwrap(), name);
+    }
+
+    #[test]
+    fn failure_rate_leaves_out_outcomes_that_did_not_count() {
+        let breaker = Breaker::new(crate::Config::default());
+        let mut snapshot = breaker.snapshot();
+        assert_eq!(failure_rate(&snapshot), None, "no call yet");
+        snapshot.counts.calls = 10;
+        snapshot.counts.ignored = 2;
+        snapshot.counts.cancelled = 2;
+        snapshot.counts.stale = 1;
+        snapshot.counts.failures = 4;
+        assert_eq!(failure_rate(&snapshot), Some(0.8));
+    }
+}
