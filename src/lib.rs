@@ -285,7 +285,7 @@ pub mod tonic;
 
 pub use breaker::{Breaker, BreakerGroup, Counts, Snapshot};
 pub use config::{Config, ConfigBuilder};
-pub use error::{CircuitOpen, ConfigError};
+pub use error::{CircuitOpen, ConfigError, HoldsCircuitOpen};
 pub use events::State;
 pub use failover::Failover;
 pub use layer::CircuitBreakerLayer;

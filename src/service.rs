@@ -16,7 +16,7 @@ use crate::breaker::shared::Shared;
 use crate::breaker::state::{Tag, Word};
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures};
-use crate::error::{CircuitOpen, Name};
+use crate::error::{CircuitOpen, HoldsCircuitOpen, Name};
 use crate::future::{Hold, Record, ResponseFuture};
 use crate::local::Owner;
 use crate::State;
@@ -91,9 +91,11 @@ enum Reservation {
 ///   dropped while holding a reservation gives it back too.
 ///
 /// Its error type is the inner service's, which must be able to hold a
-/// [`CircuitOpen`] (`From<CircuitOpen>`): tower's `BoxError` can, so stacks
-/// with `tower::timeout` inside work as they are, and inner errors pass
-/// through untouched.
+/// [`CircuitOpen`] (`From<CircuitOpen>`, see [`HoldsCircuitOpen`]): tower's
+/// `BoxError` can, so stacks with `tower::timeout` inside work as they
+/// are, and inner errors pass through untouched.
+///
+/// [`HoldsCircuitOpen`]: crate::HoldsCircuitOpen
 ///
 /// Cloning costs a reference count and a copy of the classifier: a clone
 /// made for one request (as axum makes them) allocates nothing. A clone
@@ -373,7 +375,7 @@ impl Settled {
 impl<S, C, Req> Service<Req> for CircuitBreaker<S, C>
 where
     S: Service<Req>,
-    S::Error: From<CircuitOpen>,
+    S::Error: HoldsCircuitOpen,
     C: Classify<S::Response, S::Error> + Clone,
 {
     type Response = S::Response;
