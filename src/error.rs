@@ -166,6 +166,47 @@ impl CircuitOpen {
         response
     }
 
+    /// Takes the refusal out of a boxed error, to answer with it by value
+    /// (`into_response()`, `Status::from`, a retry's wait): `Ok` with the
+    /// `CircuitOpen` when `err` is one, or holds one in its source chain
+    /// (as `tower::buffer`'s `ServiceError` does: then a copy, since a
+    /// source is only lent); `Err(err)`, untouched, when it is any other
+    /// error.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower::{service_fn, BoxError, Layer, ServiceExt};
+    /// use tower_circuit_breaker::{Breaker, CircuitOpen, Config};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), BoxError> {
+    /// let breaker = Breaker::new(Config::builder().name("openai").build()?);
+    /// breaker.force_open(Some(Duration::from_secs(12)));
+    /// let upstream = breaker.layer().layer(service_fn(|_: ()| async { Ok::<_, BoxError>("hi") }));
+    ///
+    /// let answer: http::Response<String> = match upstream.oneshot(()).await {
+    ///     Ok(text) => http::Response::new(text.to_string()),
+    ///     Err(err) => match CircuitOpen::take(err) {
+    ///         Ok(open) => open.to_http_response(), // 503, Retry-After: 12
+    ///         Err(err) => return Err(err),          // the call was made and failed
+    ///     },
+    /// };
+    /// assert_eq!(answer.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn take(
+        err: Box<dyn Error + Send + Sync>,
+    ) -> Result<CircuitOpen, Box<dyn Error + Send + Sync>> {
+        match err.downcast::<CircuitOpen>() {
+            Ok(open) => Ok(*open),
+            Err(err) => match CircuitOpen::find(err.as_ref()) {
+                Some(open) => Ok(open.clone()),
+                None => Err(err),
+            },
+        }
+    }
+
     /// Finds a `CircuitOpen` in an error or anywhere in its source chain.
     pub fn find<'a>(err: &'a (dyn Error + 'static)) -> Option<&'a CircuitOpen> {
         let mut current = Some(err);
