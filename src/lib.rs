@@ -222,7 +222,7 @@
 //! | `breaker` (the core) | the state word and generations, admission and permits, recording, transitions, manual control; the ports it defines: the fleet backend's trait, the prober's |
 //! | `service`, `future`, `body`, `layer` | the tower service and layer over the core; outcomes recorded when the response, or its body's end of stream, arrives |
 //! | `registry`, `failover`, `probe` | keyed breakers; the candidate chain; active probing through the core's admission |
-//! | `store`, `metrics`, `serde`, `axum`, `tonic` | fleet backends on the core's port; observers; integrations |
+//! | `store`, `metrics_facade`, `serialization`, `axum`, `tonic` | fleet backends on the core's port; observers; integrations |
 //!
 //! A test (`tests/architecture.rs`) checks that the core and the pure rooms
 //! name nothing above them.
@@ -232,11 +232,11 @@
 //! | feature | adds |
 //! | --- | --- |
 //! | `http-body` | [end-of-stream classification](body) of `http::Response` bodies; gRPC statuses |
-//! | `metrics` | state gauges, transitions and counts through the `metrics` facade |
-//! | `serde` | configs deserialize (durations as `"30s"`), snapshots serialize |
+//! | `metrics` | state gauges, transitions and counts through the `metrics` facade ([`metrics_facade`]) |
+//! | `serde` | configs deserialize (durations as `"30s"`), snapshots serialize ([`serialization`]) |
 //! | `tower-http` | tower-http's classifiers for streaming breakers ([`classify::TowerHttp`]) |
 //! | `axum` | `CircuitOpen` answers as a 503 with `Retry-After` |
-//! | `tonic` | `CircuitOpen` into `tonic::Status`; a classifier of `Status` errors |
+//! | `tonic` | `CircuitOpen` into `tonic::Status`; a classifier of `Status` errors ([`classify::TonicClassifier`]) |
 //! | `redis` | breaker state shared by a fleet through Redis ([`store::redis`]) |
 //!
 //! [tower]: https://docs.rs/tower
@@ -251,8 +251,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "axum")]
-#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
-pub mod axum;
+mod axum;
 #[cfg(feature = "http-body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http-body")))]
 pub mod body;
@@ -265,23 +264,32 @@ pub mod failover;
 pub mod future;
 mod layer;
 mod local;
+// Not `metrics`, so that `use tower_circuit_breaker::*` leaves the name of
+// the `metrics` crate alone; `crate::metrics` inside the crate.
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-pub mod metrics;
+#[path = "metrics.rs"]
+pub mod metrics_facade;
+// Used by the stores that report through it, when built with them.
+#[cfg(feature = "metrics")]
+#[allow(unused_imports)]
+pub(crate) use metrics_facade as metrics;
 mod millis;
 mod outcome;
 pub mod policy;
 pub mod probe;
 pub mod registry;
+// Not `serde`, for the same reason (the `axum` and `tonic` modules hold
+// trait impls only, and are private).
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-pub mod serde;
+#[path = "serde/mod.rs"]
+pub mod serialization;
 mod service;
 pub mod store;
 mod sync;
 #[cfg(feature = "tonic")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
-pub mod tonic;
+mod tonic;
 
 pub use breaker::{Breaker, BreakerGroup, Counts, Snapshot};
 pub use config::{Config, ConfigBuilder};
