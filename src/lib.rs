@@ -238,6 +238,7 @@
 //! | `axum` | `CircuitOpen` answers as a 503 with `Retry-After` |
 //! | `tonic` | `CircuitOpen` into `tonic::Status`; a classifier of `Status` errors ([`classify::TonicClassifier`]) |
 //! | `redis` | breaker state shared by a fleet through Redis ([`store::redis`]) |
+//! | `retry` | a `tower::retry` policy that waits out refusals, backs off with jitter and spends a retry budget ([`retry`]) |
 //!
 //! [tower]: https://docs.rs/tower
 
@@ -245,7 +246,15 @@
 // The guide links to items behind features; a build without them cannot
 // resolve those links (the all-features build, as on docs.rs, checks them).
 #![cfg_attr(
-    not(all(feature = "http-body", feature = "tower-http", feature = "redis")),
+    not(all(
+        feature = "http-body",
+        feature = "tower-http",
+        feature = "redis",
+        feature = "retry",
+        feature = "metrics",
+        feature = "serde",
+        feature = "tonic"
+    )),
     allow(rustdoc::broken_intra_doc_links)
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -279,6 +288,9 @@ mod outcome;
 pub mod policy;
 pub mod probe;
 pub mod registry;
+#[cfg(feature = "retry")]
+#[cfg_attr(docsrs, doc(cfg(feature = "retry")))]
+pub mod retry;
 // Not `serde`, for the same reason (the `axum` and `tonic` modules hold
 // trait impls only, and are private).
 #[cfg(feature = "serde")]
