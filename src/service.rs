@@ -36,10 +36,23 @@ use crate::State;
 /// `call`.
 ///
 /// Gate mode needs a tokio runtime with its timer enabled (as
-/// `#[tokio::main]` and `#[tokio::test]` provide). Under `tower::load_shed`
-/// a gated breaker's `Pending` becomes an immediate `Overloaded` error;
-/// under `tower::buffer` callers queue (up to the buffer's bound) until the
-/// breaker admits them, and the buffer is never poisoned.
+/// `#[tokio::main]` and `#[tokio::test]` provide). Under `tower::buffer`
+/// callers queue (up to the buffer's bound) until the breaker admits them,
+/// and the buffer is never poisoned. Two of tower's layers do not do what
+/// their names suggest outside a gated breaker:
+///
+/// * **`tower::timeout` does not bound the wait.** It times `call`, and a
+///   gated breaker holds callers in `poll_ready`, before any call: a caller
+///   waits out the whole open period (or longer, while probes fail),
+///   whatever the timeout. Bound the wait where readiness is awaited
+///   (`tokio::time::timeout(limit, service.ready())`), or choose fail-fast
+///   mode, whose refusal comes at once. The timeout that turns a hang into a
+///   failure belongs inside the breaker either way.
+/// * **`tower::load_shed` turns the wait into `Overloaded`**, at once, and
+///   the refusal's `retry_after` is lost: the caller cannot tell an open
+///   breaker from a busy service, nor when to come back. To refuse at once
+///   with the [`CircuitOpen`] (and its `retry_after`), choose fail-fast
+///   mode: `load_shed` outside it passes the refusal through untouched.
 ///
 /// ```
 /// use std::time::Duration;
