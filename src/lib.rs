@@ -310,3 +310,18 @@ pub use events::State;
 pub use failover::Failover;
 pub use layer::CircuitBreakerLayer;
 pub use service::{CircuitBreaker, Readiness};
+
+/// The README's examples, compiled and run as doc tests, so that what a
+/// reader copies from it builds. They wire hyper, tonic and axum (the
+/// crate's dev-dependencies) and use every integration, so they run with
+/// every feature on (`cargo test --all-features`).
+#[cfg(all(
+    doctest,
+    feature = "axum",
+    feature = "http-body",
+    feature = "redis",
+    feature = "retry",
+    feature = "tonic"
+))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;
