@@ -32,7 +32,7 @@ impl From<CircuitOpen> for Status {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tonic::Status;
+    /// use tonic::{Code, Status};
     /// use tower::{service_fn, Layer, ServiceExt};
     /// use tower_circuit_breaker::{Breaker, Config};
     ///
