@@ -638,7 +638,7 @@ const FILE_SCRIPT: &[u8] = &[
 /// `RegistryConfig<String>`, from JSON and from TOML, and as a duration.
 #[cfg(feature = "serde")]
 pub fn config_file(data: &[u8]) {
-    use tower_circuit_breaker::serde::{parse_duration, RegistryConfig};
+    use tower_circuit_breaker::serialization::{parse_duration, RegistryConfig};
 
     let Ok(text) = std::str::from_utf8(data) else {
         return;

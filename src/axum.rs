@@ -1,47 +1,7 @@
 //! axum integration (feature `axum`): a refused call answers
-//! `503 Service Unavailable` with `Retry-After`.
-//!
-//! [`CircuitOpen`] implements [`IntoResponse`], so a handler in front of a
-//! guarded upstream returns it as it is:
-//!
-//! * status `503 Service Unavailable`;
-//! * `Retry-After` in whole seconds, rounded up and at least 1, as
-//!   [`CircuitOpen::to_http_response`] computes it (1.2 s gives `2`, zero
-//!   gives `1`);
-//! * a short `text/plain` body naming the breaker:
-//!   ``upstream `openai` is unavailable; retry after 12 s``.
-//!
-//! The body carries the breaker's name to the client: name breakers after
-//! what a client may know (a provider, a model), or map the error to a
-//! response of your own.
-//!
-//! ```
-//! use std::time::Duration;
-//! use axum::response::{IntoResponse, Response};
-//! use http::{header::RETRY_AFTER, StatusCode};
-//! use tower::{service_fn, BoxError, Layer, ServiceExt};
-//! use tower_circuit_breaker::{Breaker, CircuitOpen, Config};
-//!
-//! /// What a handler returns for an upstream error.
-//! fn error_response(err: BoxError) -> Response {
-//!     match CircuitOpen::find(err.as_ref()) {
-//!         Some(open) => open.clone().into_response(),
-//!         None => (StatusCode::BAD_GATEWAY, err.to_string()).into_response(),
-//!     }
-//! }
-//!
-//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
-//! # async fn main() -> Result<(), BoxError> {
-//! let breaker = Breaker::new(Config::builder().name("openai").build()?);
-//! breaker.force_open(Some(Duration::from_secs(12)));
-//! let upstream = breaker.layer().layer(service_fn(|_: ()| async { Ok::<_, BoxError>("hi") }));
-//!
-//! let response = error_response(upstream.oneshot(()).await.unwrap_err());
-//! assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-//! assert_eq!(response.headers()[RETRY_AFTER], "12");
-//! # Ok(())
-//! # }
-//! ```
+//! `503 Service Unavailable` with `Retry-After`, through `CircuitOpen`'s
+//! `IntoResponse`. The wiring of axum clients and of a guarded route, the
+//! crate's guide (section *Wiring each client*).
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
@@ -51,8 +11,45 @@ use http::HeaderValue;
 use crate::error::CircuitOpen;
 
 impl IntoResponse for CircuitOpen {
-    /// `503 Service Unavailable`, `Retry-After` in whole seconds (rounded
-    /// up, at least 1) and a plain-text body naming the breaker.
+    /// `503 Service Unavailable`, with:
+    ///
+    /// * `Retry-After` in whole seconds, rounded up and at least 1, as
+    ///   [`CircuitOpen::to_http_response`] computes it (1.2 s gives `2`,
+    ///   zero gives `1`);
+    /// * a short `text/plain` body naming the breaker:
+    ///   ``upstream `openai` is unavailable; retry after 12 s``.
+    ///
+    /// The body carries the breaker's name to the client: name breakers
+    /// after what a client may know (a provider, a model), or map the
+    /// error to a response of your own.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use axum::response::{IntoResponse, Response};
+    /// use http::{header::RETRY_AFTER, StatusCode};
+    /// use tower::{service_fn, BoxError, Layer, ServiceExt};
+    /// use tower_circuit_breaker::{Breaker, CircuitOpen, Config};
+    ///
+    /// /// What a handler returns for an upstream error.
+    /// fn error_response(err: BoxError) -> Response {
+    ///     match CircuitOpen::take(err) {
+    ///         Ok(open) => open.into_response(),
+    ///         Err(err) => (StatusCode::BAD_GATEWAY, err.to_string()).into_response(),
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), BoxError> {
+    /// let breaker = Breaker::new(Config::builder().name("openai").build()?);
+    /// breaker.force_open(Some(Duration::from_secs(12)));
+    /// let upstream = breaker.layer().layer(service_fn(|_: ()| async { Ok::<_, BoxError>("hi") }));
+    ///
+    /// let response = error_response(upstream.oneshot(()).await.unwrap_err());
+    /// assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    /// assert_eq!(response.headers()[RETRY_AFTER], "12");
+    /// # Ok(())
+    /// # }
+    /// ```
     fn into_response(self) -> Response {
         let mut response = self.to_http_response::<Body>();
         // The header is the one place the seconds are computed.

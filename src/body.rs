@@ -41,7 +41,7 @@ use tower_layer::Layer;
 
 use crate::breaker::Breaker;
 use crate::classify::{Classified, ClassifyEos, ClassifyResponse, Outcome, Verdict};
-use crate::error::CircuitOpen;
+use crate::error::{CircuitOpen, HoldsCircuitOpen};
 use crate::future::{Judgement, Obligation, ResponseFuture};
 use crate::layer::CircuitBreakerLayer;
 use crate::service::{CircuitBreaker, Readiness};
@@ -314,7 +314,7 @@ impl<S: std::fmt::Debug, C> std::fmt::Debug for StreamingBreaker<S, C> {
 impl<S, C, Req, B> Service<Req> for StreamingBreaker<S, C>
 where
     S: Service<Req, Response = Response<B>>,
-    S::Error: From<CircuitOpen>,
+    S::Error: HoldsCircuitOpen,
     C: ClassifyResponse<B, S::Error> + Clone,
     B: Body,
 {

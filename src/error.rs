@@ -166,6 +166,47 @@ impl CircuitOpen {
         response
     }
 
+    /// Takes the refusal out of a boxed error, to answer with it by value
+    /// (`into_response()`, `Status::from`, a retry's wait): `Ok` with the
+    /// `CircuitOpen` when `err` is one, or holds one in its source chain
+    /// (as `tower::buffer`'s `ServiceError` does: then a copy, since a
+    /// source is only lent); `Err(err)`, untouched, when it is any other
+    /// error.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower::{service_fn, BoxError, Layer, ServiceExt};
+    /// use tower_circuit_breaker::{Breaker, CircuitOpen, Config};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), BoxError> {
+    /// let breaker = Breaker::new(Config::builder().name("openai").build()?);
+    /// breaker.force_open(Some(Duration::from_secs(12)));
+    /// let upstream = breaker.layer().layer(service_fn(|_: ()| async { Ok::<_, BoxError>("hi") }));
+    ///
+    /// let answer: http::Response<String> = match upstream.oneshot(()).await {
+    ///     Ok(text) => http::Response::new(text.to_string()),
+    ///     Err(err) => match CircuitOpen::take(err) {
+    ///         Ok(open) => open.to_http_response(), // 503, Retry-After: 12
+    ///         Err(err) => return Err(err),          // the call was made and failed
+    ///     },
+    /// };
+    /// assert_eq!(answer.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn take(
+        err: Box<dyn Error + Send + Sync>,
+    ) -> Result<CircuitOpen, Box<dyn Error + Send + Sync>> {
+        match err.downcast::<CircuitOpen>() {
+            Ok(open) => Ok(*open),
+            Err(err) => match CircuitOpen::find(err.as_ref()) {
+                Some(open) => Ok(open.clone()),
+                None => Err(err),
+            },
+        }
+    }
+
     /// Finds a `CircuitOpen` in an error or anywhere in its source chain.
     pub fn find<'a>(err: &'a (dyn Error + 'static)) -> Option<&'a CircuitOpen> {
         let mut current = Some(err);
@@ -195,6 +236,71 @@ impl fmt::Display for CircuitOpen {
 }
 
 impl Error for CircuitOpen {}
+
+/// The requirement on the error type of the service a breaker guards: it
+/// can hold a refusal (`From<CircuitOpen>`), since a refused call answers
+/// with the inner service's error type.
+///
+/// Every type with `From<CircuitOpen>` has it: tower's `BoxError` (so a
+/// stack with `tower::timeout` inside the breaker needs no glue),
+/// `tonic::Status` with the `tonic` feature, and your own error enums with
+/// a `From<CircuitOpen>` impl. Nothing else implements it: it exists so
+/// that the compiler names the fix when the requirement is not met. A
+/// client whose error cannot hold a refusal, such as hyper-util's
+/// `Client` (`hyper_util::client::legacy::Error`), fails to compile where
+/// the guarded service is used as a service (handed to a server, a
+/// `Buffer`, a `BoxCloneService`, a `Failover`...) with:
+///
+/// ```text
+/// error[E0277]: a circuit breaker refuses calls with the guarded service's error type,
+///               and `hyper_util::client::legacy::Error` cannot hold a refusal
+///    = help: the trait `HoldsCircuitOpen` is not implemented for `hyper_util::client::legacy::Error`
+///    = note: put `.timeout(..)` inside the breaker (its error, `BoxError`, holds a refusal),
+///            or map the inner error inside the breaker: `.map_err(BoxError::from)` ...
+/// ```
+///
+/// A `ServiceExt` method called on it directly (`guarded.oneshot(req)`)
+/// is reported instead as "the method `oneshot` exists ... but its trait
+/// bounds were not satisfied", naming only `CircuitBreaker<..>: Service<_>`:
+/// rustc lists the first level of bounds there. The cause and the fixes
+/// are the same.
+///
+/// The fixes, inside the breaker: a `tower::timeout` (which belongs there
+/// anyway, so that a hang is a failure the breaker sees); or the inner
+/// error boxed with `.map_err(BoxError::from)` (`tower::util::MapErrLayer`),
+/// or mapped to a type of your own that implements `From<CircuitOpen>`:
+///
+/// ```
+/// use std::time::Duration;
+/// use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
+/// use tower_circuit_breaker::{CircuitBreakerLayer, Config};
+///
+/// #[derive(Debug)]
+/// struct ClientError; // stands for an error type with no `From<CircuitOpen>`
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), BoxError> {
+/// let client = service_fn(|_: ()| async { Ok::<_, ClientError>("answer") });
+/// let guarded = ServiceBuilder::new()
+///     .layer(CircuitBreakerLayer::new(Config::default()))
+///     .map_err(|_: ClientError| BoxError::from("the client failed")) // the glue
+///     .service(client);
+/// assert_eq!(guarded.oneshot(()).await?, "answer");
+/// # Ok(())
+/// # }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "a circuit breaker refuses calls with the guarded service's error type, and `{Self}` cannot hold a refusal",
+    label = "the breaker's error would be `{Self}`, which has no `From<CircuitOpen>`",
+    note = "put `.timeout(..)` inside the breaker (its error, `BoxError`, holds a refusal), or map the inner error inside the breaker: `.map_err(BoxError::from)` on the `ServiceBuilder` (`tower::util::MapErrLayer`), or to a type of yours that implements `From<CircuitOpen>`"
+)]
+pub trait HoldsCircuitOpen: From<CircuitOpen> {}
+
+// `do_not_recommend`: a type without `From<CircuitOpen>` is then reported
+// as missing this trait, whose message names the fixes, rather than as
+// missing `From<CircuitOpen>`, which names none.
+#[diagnostic::do_not_recommend]
+impl<E: From<CircuitOpen>> HoldsCircuitOpen for E {}
 
 /// A configuration value is out of range or inconsistent with another.
 ///

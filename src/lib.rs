@@ -254,7 +254,7 @@
 //! | `breaker` (the core) | the state word and generations, admission and permits, recording, transitions, manual control; the ports it defines: the fleet backend's trait, the prober's |
 //! | `service`, `future`, `body`, `layer` | the tower service and layer over the core; outcomes recorded when the response, or its body's end of stream, arrives |
 //! | `registry`, `failover`, `probe` | keyed breakers; the candidate chain; active probing through the core's admission |
-//! | `store`, `metrics`, `serde`, `axum`, `tonic` | fleet backends on the core's port; observers; integrations |
+//! | `store`, `metrics_facade`, `serialization`, `axum`, `tonic` | fleet backends on the core's port; observers; integrations |
 //!
 //! A test (`tests/architecture.rs`) checks that the core and the pure rooms
 //! name nothing above them.
@@ -264,13 +264,14 @@
 //! | feature | adds |
 //! | --- | --- |
 //! | `http-body` | [end-of-stream classification](body) of `http::Response` bodies; gRPC statuses |
-//! | `metrics` | state gauges, transitions and counts through the `metrics` facade |
-//! | `serde` | configs deserialize (durations as `"30s"`), snapshots serialize |
+//! | `metrics` | state gauges, transitions and counts through the `metrics` facade ([`metrics_facade`]) |
+//! | `serde` | configs deserialize (durations as `"30s"`), snapshots serialize ([`serialization`]) |
 //! | `tower-http` | tower-http's classifiers for streaming breakers ([`classify::TowerHttp`]) |
 //! | `axum` | `CircuitOpen` answers as a 503 with `Retry-After` |
-//! | `tonic` | `CircuitOpen` into `tonic::Status`; a classifier of `Status` errors |
+//! | `tonic` | `CircuitOpen` into `tonic::Status`; a classifier of `Status` errors ([`classify::TonicClassifier`]) |
 //! | `redis` | breaker state shared by a fleet through Redis ([`store::redis`]) |
 //! | `admin` | an axum router for the people on call ([`admin`]): breakers as JSON, transitions as server-sent events, a live page, opt-in control |
+//! | `retry` | a `tower::retry` policy that waits out refusals, backs off with jitter and spends a retry budget ([`retry`]) |
 //!
 //! [tower]: https://docs.rs/tower
 
@@ -278,7 +279,15 @@
 // The guide links to items behind features; a build without them cannot
 // resolve those links (the all-features build, as on docs.rs, checks them).
 #![cfg_attr(
-    not(all(feature = "http-body", feature = "tower-http", feature = "redis")),
+    not(all(
+        feature = "http-body",
+        feature = "tower-http",
+        feature = "redis",
+        feature = "retry",
+        feature = "metrics",
+        feature = "serde",
+        feature = "tonic"
+    )),
     allow(rustdoc::broken_intra_doc_links)
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -287,8 +296,7 @@
 #[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
 pub mod admin;
 #[cfg(feature = "axum")]
-#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
-pub mod axum;
+mod axum;
 #[cfg(feature = "http-body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http-body")))]
 pub mod body;
@@ -301,30 +309,58 @@ pub mod failover;
 pub mod future;
 mod layer;
 mod local;
+// Not `metrics`, so that `use tower_circuit_breaker::*` leaves the name of
+// the `metrics` crate alone; `crate::metrics` inside the crate.
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-pub mod metrics;
+#[path = "metrics.rs"]
+pub mod metrics_facade;
+// Used by the stores that report through it, when built with them.
+#[cfg(feature = "metrics")]
+#[allow(unused_imports)]
+pub(crate) use metrics_facade as metrics;
 mod millis;
 mod outcome;
 pub mod permit;
 pub mod policy;
 pub mod probe;
 pub mod registry;
+#[cfg(feature = "retry")]
+#[cfg_attr(docsrs, doc(cfg(feature = "retry")))]
+pub mod retry;
+// Not `serde`, for the same reason (the `axum` and `tonic` modules hold
+// trait impls only, and are private).
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-pub mod serde;
+#[path = "serde/mod.rs"]
+pub mod serialization;
 mod service;
 pub mod store;
 mod sync;
 #[cfg(feature = "tonic")]
-#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
-pub mod tonic;
+mod tonic;
 
 pub use breaker::{Breaker, BreakerGroup, Counts, Snapshot};
 pub use config::{Config, ConfigBuilder};
-pub use error::{CircuitOpen, ConfigError};
+pub use error::{CircuitOpen, ConfigError, HoldsCircuitOpen};
 pub use events::State;
 pub use failover::Failover;
 pub use layer::CircuitBreakerLayer;
 pub use permit::CallPermit;
 pub use service::{CircuitBreaker, Readiness};
+
+/// The README's examples, compiled and run as doc tests, so that what a
+/// reader copies from it builds. They wire hyper, tonic and axum (the
+/// crate's dev-dependencies) and use every integration, so they run with
+/// every feature on (`cargo test --all-features`).
+#[cfg(all(
+    doctest,
+    feature = "admin",
+    feature = "axum",
+    feature = "http-body",
+    feature = "redis",
+    feature = "retry",
+    feature = "tonic"
+))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;

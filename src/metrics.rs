@@ -31,12 +31,12 @@
 //! request data.
 //!
 //! ```
-//! use tower_circuit_breaker::{metrics, Breaker, Config};
+//! use tower_circuit_breaker::{metrics_facade, Breaker, Config};
 //!
-//! metrics::install(); // once, at start-up, beside the recorder
+//! metrics_facade::install(); // once, at start-up, beside the recorder
 //! let breaker = Breaker::new(Config::builder().name("openai").build()?);
 //! // ... serve requests; then, when scraped:
-//! metrics::export(&breaker);
+//! metrics_facade::export(&breaker);
 //! # Ok::<_, tower_circuit_breaker::ConfigError>(())
 //! ```
 
@@ -83,10 +83,10 @@ fn set_state(breaker: &str, current: State) {
 /// report from their next transition, or their next [`export`].
 ///
 /// ```
-/// use tower_circuit_breaker::metrics;
+/// use tower_circuit_breaker::metrics_facade;
 ///
 /// // metrics::set_global_recorder(your_recorder)?;
-/// metrics::install();
+/// metrics_facade::install();
 /// ```
 pub fn install() {
     static INSTALLED: Once = Once::new();

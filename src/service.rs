@@ -16,7 +16,7 @@ use crate::breaker::shared::Shared;
 use crate::breaker::state::{Tag, Word};
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures};
-use crate::error::{CircuitOpen, Name};
+use crate::error::{CircuitOpen, HoldsCircuitOpen, Name};
 use crate::future::{Hold, Record, ResponseFuture};
 use crate::local::Owner;
 use crate::State;
@@ -36,10 +36,23 @@ use crate::State;
 /// `call`.
 ///
 /// Gate mode needs a tokio runtime with its timer enabled (as
-/// `#[tokio::main]` and `#[tokio::test]` provide). Under `tower::load_shed`
-/// a gated breaker's `Pending` becomes an immediate `Overloaded` error;
-/// under `tower::buffer` callers queue (up to the buffer's bound) until the
-/// breaker admits them, and the buffer is never poisoned.
+/// `#[tokio::main]` and `#[tokio::test]` provide). Under `tower::buffer`
+/// callers queue (up to the buffer's bound) until the breaker admits them,
+/// and the buffer is never poisoned. Two of tower's layers do not do what
+/// their names suggest outside a gated breaker:
+///
+/// * **`tower::timeout` does not bound the wait.** It times `call`, and a
+///   gated breaker holds callers in `poll_ready`, before any call: a caller
+///   waits out the whole open period (or longer, while probes fail),
+///   whatever the timeout. Bound the wait where readiness is awaited
+///   (`tokio::time::timeout(limit, service.ready())`), or choose fail-fast
+///   mode, whose refusal comes at once. The timeout that turns a hang into a
+///   failure belongs inside the breaker either way.
+/// * **`tower::load_shed` turns the wait into `Overloaded`**, at once, and
+///   the refusal's `retry_after` is lost: the caller cannot tell an open
+///   breaker from a busy service, nor when to come back. To refuse at once
+///   with the [`CircuitOpen`] (and its `retry_after`), choose fail-fast
+///   mode: `load_shed` outside it passes the refusal through untouched.
 ///
 /// ```
 /// use std::time::Duration;
@@ -91,9 +104,11 @@ enum Reservation {
 ///   dropped while holding a reservation gives it back too.
 ///
 /// Its error type is the inner service's, which must be able to hold a
-/// [`CircuitOpen`] (`From<CircuitOpen>`): tower's `BoxError` can, so stacks
-/// with `tower::timeout` inside work as they are, and inner errors pass
-/// through untouched.
+/// [`CircuitOpen`] (`From<CircuitOpen>`, see [`HoldsCircuitOpen`]): tower's
+/// `BoxError` can, so stacks with `tower::timeout` inside work as they
+/// are, and inner errors pass through untouched.
+///
+/// [`HoldsCircuitOpen`]: crate::HoldsCircuitOpen
 ///
 /// Cloning costs a reference count and a copy of the classifier: a clone
 /// made for one request (as axum makes them) allocates nothing. A clone
@@ -373,7 +388,7 @@ impl Settled {
 impl<S, C, Req> Service<Req> for CircuitBreaker<S, C>
 where
     S: Service<Req>,
-    S::Error: From<CircuitOpen>,
+    S::Error: HoldsCircuitOpen,
     C: Classify<S::Response, S::Error> + Clone,
 {
     type Response = S::Response;

@@ -1,88 +1,18 @@
 //! tonic integration (feature `tonic`): a refused call becomes a gRPC
-//! `UNAVAILABLE` status with a pushback, and [`TonicClassifier`] judges
-//! `tonic::Status` errors.
-//!
-//! # Guarding a `Channel`
-//!
-//! The wiring to start from: the breaker around the `Channel` (every RPC of
-//! every generated client on it), **classifying at the end of each stream
-//! with [`GrpcClassifier`]**, and the channel's transport errors mapped to
-//! `tonic::Status`, the error type a refusal converts into:
-//!
-//! ```
-//! use tonic::transport::{Channel, Endpoint};
-//! use tonic::Status;
-//! use tower::ServiceBuilder;
-//! use tower_circuit_breaker::classify::GrpcClassifier;
-//! use tower_circuit_breaker::{CircuitBreakerLayer, Config};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let channel: Channel = Endpoint::from_static("http://127.0.0.1:50051").connect_lazy();
-//! let to_status: fn(tonic::transport::Error) -> Status = |err| Status::from_error(Box::new(err));
-//! let guarded = ServiceBuilder::new()
-//!     .layer(CircuitBreakerLayer::new(Config::builder().name("search").build()?).streaming(GrpcClassifier::new()))
-//!     .map_err(to_status)
-//!     .service(channel);
-//! // let client = SearchClient::new(guarded); // any generated client
-//! # let _ = guarded;
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! * **The classifier must see gRPC statuses.** A gRPC failure is an HTTP
-//!   200 whose status is in `grpc-status`, often in the trailers: the
-//!   default classifier (every `Err` a failure) and
-//!   [`HttpClassifier`](crate::classify::HttpClassifier) count UNAVAILABLE
-//!   as a success, and the breaker never opens. (`HttpClassifier` warns
-//!   once, through `tracing`, when it sees a gRPC response.)
-//!   [`GrpcClassifier`] reads the status from the head of a trailers-only
-//!   answer or from the trailers at the end of the stream.
-//! * **The error type is `tonic::Status`**: a refusal then reaches the
-//!   generated client as the `UNAVAILABLE` status below, with
-//!   `grpc-retry-pushback-ms`. With `BoxError` instead, tonic finds no
-//!   status in the error and reports `UNKNOWN`.
-//!
-//! # Guarding one method
-//!
-//! Around a service whose error is `tonic::Status` (a `service_fn` over one
-//! generated client method), classify with [`TonicClassifier`] through
-//! [`CircuitBreakerLayer::classify`](crate::CircuitBreakerLayer::classify):
-//!
-//! ```
-//! use tonic::{Code, Status};
-//! use tower::{service_fn, Layer, ServiceExt};
-//! use tower_circuit_breaker::tonic::TonicClassifier;
-//! use tower_circuit_breaker::{policy::ConsecutiveFailures, CircuitBreakerLayer, CircuitOpen, Config};
-//!
-//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let layer = CircuitBreakerLayer::new(Config::builder().name("search").trip(ConsecutiveFailures::new(1)).build()?)
-//!     .classify(TonicClassifier::new());
-//! // Stands for a generated client's method.
-//! let rpc = layer.layer(service_fn(|_: ()| async { Err::<(), _>(Status::unavailable("draining")) }));
-//!
-//! let failed = rpc.clone().oneshot(()).await.unwrap_err(); // sent: the server is draining
-//! assert_eq!(failed.message(), "draining");
-//! let refused = rpc.oneshot(()).await.unwrap_err(); // not sent: the circuit is open
-//! assert_eq!(refused.code(), Code::Unavailable);
-//! assert!(refused.metadata().get("grpc-retry-pushback-ms").is_some());
-//! assert!(CircuitOpen::find(&refused).is_some());
-//! # Ok(())
-//! # }
-//! ```
+//! `UNAVAILABLE` status with a pushback, so that a breaker can guard a
+//! tonic `Channel` or a generated client's method with `tonic::Status` as
+//! its error type. The classifier of `Status` errors is
+//! [`classify::TonicClassifier`](crate::classify::TonicClassifier); the
+//! wiring of a `Channel`, the crate's guide (section *Wiring each client*).
 
 use std::sync::Arc;
 
 use tonic::metadata::MetadataValue;
-use tonic::{Code, Status};
+use tonic::Status;
 
-use crate::classify::{Classify, GrpcClassifier, Verdict};
+use crate::classify::tonic::PUSHBACK;
 use crate::error::CircuitOpen;
 use crate::millis::millis_up;
-
-/// The metadata key of a gRPC retry pushback (gRFC A6).
-const PUSHBACK: &str = "grpc-retry-pushback-ms";
 
 impl From<CircuitOpen> for Status {
     /// `UNAVAILABLE`, with the retry delay in milliseconds as
@@ -136,86 +66,16 @@ impl From<CircuitOpen> for Status {
     }
 }
 
-/// Classifies `tonic::Status` errors by their code, as
-/// [`GrpcClassifier`] classifies statuses in headers and trailers:
-///
-/// | result | outcome |
-/// | --- | --- |
-/// | `Ok`, or a status with code OK | success |
-/// | UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED | failure |
-/// | INTERNAL, UNKNOWN | ignored, or failures with [`internal_is_failure`](TonicClassifier::internal_is_failure) |
-/// | INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, UNAUTHENTICATED and every other code | ignored: the request, not the server, is at fault |
-///
-/// A failing status's `grpc-retry-pushback-ms` metadata becomes the
-/// verdict's retry-after hint (read by
-/// [`parse_pushback`](crate::classify::parse_pushback); a negative or
-/// malformed value is ignored).
-///
-/// tonic reports transport errors (connection refused, reset) as
-/// UNAVAILABLE or UNKNOWN statuses, so they count as failures, or with
-/// [`internal_is_failure`](TonicClassifier::internal_is_failure) as well for
-/// UNKNOWN.
-///
-/// ```
-/// use std::time::Duration;
-/// use tonic::Status;
-/// use tower_circuit_breaker::classify::{Classify, Outcome};
-/// use tower_circuit_breaker::tonic::TonicClassifier;
-///
-/// let mut overloaded = Status::resource_exhausted("slow down");
-/// overloaded.metadata_mut().insert("grpc-retry-pushback-ms", "1500".parse().unwrap());
-///
-/// let verdict = Classify::<(), _>::classify(&TonicClassifier::new(), Err(&overloaded));
-/// assert_eq!(verdict.outcome(), Outcome::Failure);
-/// assert_eq!(verdict.retry_after(), Some(Duration::from_millis(1500)));
-///
-/// let bad_request = Status::invalid_argument("no such model");
-/// let verdict = Classify::<(), _>::classify(&TonicClassifier::new(), Err(&bad_request));
-/// assert_eq!(verdict.outcome(), Outcome::Ignore);
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TonicClassifier {
-    codes: GrpcClassifier,
-}
-
-impl TonicClassifier {
-    /// The default: INTERNAL and UNKNOWN are ignored.
-    pub fn new() -> Self {
-        TonicClassifier::default()
-    }
-
-    /// Whether INTERNAL and UNKNOWN count as failures.
-    pub fn internal_is_failure(mut self, on: bool) -> Self {
-        self.codes = self.codes.internal_is_failure(on);
-        self
-    }
-
-    /// Never reads `grpc-retry-pushback-ms`, as
-    /// [`GrpcClassifier::ignore_pushback`].
-    pub fn ignore_pushback(mut self) -> Self {
-        self.codes = self.codes.ignore_pushback();
-        self
-    }
-}
-
-impl<T> Classify<T, Status> for TonicClassifier {
-    fn classify(&self, result: Result<&T, &Status>) -> Verdict {
-        match result {
-            Ok(_) => self.codes.verdict(Some(Code::Ok as u32), None),
-            Err(status) => self.codes.verdict(
-                Some(status.code() as u32),
-                status.metadata().as_ref().get(PUSHBACK),
-            ),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
+    use tonic::metadata::MetadataValue;
+    use tonic::Code;
+
     use super::*;
     use crate::classify::Outcome;
+    use crate::classify::{Classify, TonicClassifier, Verdict};
     use crate::error::Name;
     use crate::State;
 

@@ -203,6 +203,72 @@ async fn load_shed_around_an_open_gate_answers_overloaded_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn load_shed_around_a_gate_loses_the_retry_after_that_fail_fast_passes_through() {
+    // Gate: the caller learns only that the service is overloaded.
+    let (layer, _, upstream) = gate_layer();
+    let mut gated = ServiceBuilder::new()
+        .load_shed()
+        .layer(layer)
+        .service(upstream.clone());
+    upstream.fail(true);
+    assert!(send(&mut gated, 0).await.is_err());
+    let err = send(&mut gated, 1).await.unwrap_err();
+    assert!(err.is::<tower::load_shed::error::Overloaded>(), "{err}");
+    assert!(CircuitOpen::find(err.as_ref()).is_none(), "{err}");
+
+    // Fail fast, the alternative: refused as soon, with the refusal itself.
+    let layer = CircuitBreakerLayer::new(config());
+    let upstream = Flaky::default();
+    let mut fail_fast = ServiceBuilder::new()
+        .load_shed()
+        .layer(layer)
+        .service(upstream.clone());
+    upstream.fail(true);
+    assert!(send(&mut fail_fast, 0).await.is_err());
+    let calls = upstream.calls();
+    let err = send(&mut fail_fast, 1).await.unwrap_err();
+    let open = CircuitOpen::find(err.as_ref()).expect("the refusal reaches the caller");
+    assert_eq!(open.retry_after(), Duration::from_secs(10));
+    assert_eq!(upstream.calls(), calls);
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_outside_a_gate_does_not_bound_the_wait_for_readiness() {
+    let (layer, breaker, upstream) = gate_layer();
+    let mut svc = ServiceBuilder::new()
+        .timeout(Duration::from_secs(1))
+        .layer(layer)
+        .service(upstream.clone());
+    upstream.fail(true);
+    assert!(send(&mut svc, 0).await.is_err());
+    upstream.fail(false);
+    assert_eq!(breaker.state(), State::Open);
+
+    // tower's timeout times `call`; the gate holds the caller in
+    // `poll_ready`, so five times the timeout passes with no error.
+    let started = tokio::time::Instant::now();
+    let waited = tokio::time::timeout(Duration::from_secs(5), svc.ready()).await;
+    assert!(waited.is_err(), "still waiting at the gate after 5 s");
+
+    // The caller is let through when the open period ends, not before.
+    let answer = svc.ready().await.unwrap().call(7).await.unwrap();
+    assert_eq!(answer, 7);
+    assert_eq!(started.elapsed(), Duration::from_secs(10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deadline_on_ready_bounds_the_wait_at_a_gate() {
+    let (_, upstream, mut svc) = tripped_gate().await;
+    let calls = upstream.calls();
+
+    let started = tokio::time::Instant::now();
+    let waited = tokio::time::timeout(Duration::from_secs(1), svc.ready()).await;
+    assert!(waited.is_err(), "the deadline ends the wait");
+    assert_eq!(started.elapsed(), Duration::from_secs(1));
+    assert_eq!(upstream.calls(), calls, "nothing was sent");
+}
+
+#[tokio::test(start_paused = true)]
 async fn buffer_around_a_gate_waits_instead_of_failing_and_is_never_poisoned() {
     let (layer, breaker, upstream) = gate_layer();
     let svc = ServiceBuilder::new()

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use metrics_util::debugging::DebuggingRecorder;
 use serde_json::Value;
-use tower_circuit_breaker::{metrics, Breaker, Config};
+use tower_circuit_breaker::{metrics_facade, Breaker, Config};
 
 /// Each metric the crate emitted, with each of its labels and the values
 /// seen for it.
@@ -21,7 +21,7 @@ type Emitted = BTreeMap<String, BTreeMap<String, BTreeSet<String>>>;
 fn emitted() -> Emitted {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    metrics::install();
+    metrics_facade::install();
     // The breakers announce on the thread that makes the change, so a
     // recorder local to this thread hears all of it.
     ::metrics::with_local_recorder(&recorder, || {
@@ -31,7 +31,7 @@ fn emitted() -> Emitted {
         breaker.force_closed();
         breaker.disable();
         breaker.reset();
-        metrics::export(&breaker);
+        metrics_facade::export(&breaker);
     });
     let mut emitted = Emitted::new();
     for (key, _, _, _) in snapshotter.snapshot().into_vec() {

@@ -10,7 +10,7 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use tokio::time::advance;
 use tower::{service_fn, BoxError, Service, ServiceExt};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
-use tower_circuit_breaker::{metrics, Breaker, CircuitBreaker, Config, State};
+use tower_circuit_breaker::{metrics_facade, Breaker, CircuitBreaker, Config, State};
 
 /// Counters the crate sets to absolute values when exporting.
 const ABSOLUTE: [&str; 2] = [
@@ -92,7 +92,7 @@ async fn state_gauge_is_one_hot_after_every_transition_and_counts_export() {
     recorder
         .install()
         .expect("the only recorder in this binary");
-    metrics::install();
+    metrics_facade::install();
 
     let breaker = Breaker::new(
         Config::builder()
@@ -120,7 +120,7 @@ async fn state_gauge_is_one_hot_after_every_transition_and_counts_export() {
 
     advance(Duration::from_secs(10)).await;
     // Read half-open from the clock before any call: exported, it shows.
-    metrics::export(&breaker);
+    metrics_facade::export(&breaker);
     seen.assert_one_hot("metered", "half_open");
 
     svc.ready().await.unwrap().call(false).await.unwrap();
@@ -142,7 +142,7 @@ async fn state_gauge_is_one_hot_after_every_transition_and_counts_export() {
     // A call whose caller gives up before the answer: cancelled.
     drop(svc.ready().await.unwrap().call(false));
 
-    metrics::export(&breaker);
+    metrics_facade::export(&breaker);
     let calls = seen.series("circuit_breaker_calls_total", "metered");
     assert_eq!(calls["outcome=admitted"], 3.0);
     assert_eq!(calls["outcome=rejected"], 1.0);

@@ -1,5 +1,5 @@
-//! The outage demo's scenario (`examples/outage/scenario.rs`, the same code
-//! `cargo run --example outage` runs over HTTP), here with in-process
+//! The outage demo's scenario (`examples/outage/src/scenario.rs`, the same code
+//! `cargo run -p outage-demo` runs over HTTP), here with in-process
 //! upstreams on paused time, and its headline checked.
 //!
 //! The headline, exactly: without the breaker, every conversation waits out
@@ -12,7 +12,7 @@
 //! trips; after it opens, only its probes wait, and their number depends on
 //! the outage's length and the cooldown, not on the number of conversations.
 
-#[path = "../examples/outage/scenario.rs"]
+#[path = "../examples/outage/src/scenario.rs"]
 mod scenario;
 
 use std::io;

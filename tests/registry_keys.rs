@@ -264,7 +264,7 @@ async fn metric_labels_carry_no_userinfo() {
         .service(client());
     let uri = format!("http://alice:{SECRET}@{upstream}/v1/chat");
     open_and_refuse(svc, || Request::get(&uri).body(Empty::new()).unwrap()).await;
-    tower_circuit_breaker::metrics::export_registry(&registry);
+    tower_circuit_breaker::metrics_facade::export_registry(&registry);
 
     let labels: Vec<String> = snapshotter
         .snapshot()

@@ -12,7 +12,7 @@ use tower_circuit_breaker::policy::{
     Adaptive, ConsecutiveFailures, CountWindow, PolicyFigures, SlowCalls, TimeWindow, TripPolicy,
     TripReason,
 };
-use tower_circuit_breaker::serde::RegistryConfig;
+use tower_circuit_breaker::serialization::RegistryConfig;
 use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, Counts, State};
 
 fn secs(n: u64) -> Duration {

@@ -19,7 +19,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 use tower::{service_fn, Layer, ServiceExt};
-use tower_circuit_breaker::tonic::TonicClassifier;
+use tower_circuit_breaker::classify::TonicClassifier;
 use tower_circuit_breaker::{CircuitBreakerLayer, CircuitOpen, State};
 
 use app::Answer;

@@ -124,11 +124,13 @@ async fn forward(State(gateway): State<Gateway>, request: Request) -> Response {
         .await
     {
         Ok(response) => response.map(Body::new),
-        Err(err) => match CircuitOpen::find(err.as_ref()) {
+        Err(err) => match CircuitOpen::take(err) {
             // 503, Retry-After, and a short body naming the breaker.
-            Some(open) => open.clone().into_response(),
-            None if is_timeout(err.as_ref()) => StatusCode::GATEWAY_TIMEOUT.into_response(),
-            None => (StatusCode::BAD_GATEWAY, format!("upstream error: {err}\n")).into_response(),
+            Ok(open) => open.into_response(),
+            Err(err) if is_timeout(err.as_ref()) => StatusCode::GATEWAY_TIMEOUT.into_response(),
+            Err(err) => {
+                (StatusCode::BAD_GATEWAY, format!("upstream error: {err}\n")).into_response()
+            }
         },
     }
 }

@@ -24,8 +24,8 @@ use tokio::task::JoinSet;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::classify::HttpClassifier;
 use tower_circuit_breaker::registry::{header, KeyedLayer, Registry};
-use tower_circuit_breaker::serde::RegistryConfig;
-use tower_circuit_breaker::{metrics, CircuitOpen, Snapshot};
+use tower_circuit_breaker::serialization::RegistryConfig;
+use tower_circuit_breaker::{metrics_facade, CircuitOpen, Snapshot};
 
 /// The header a request names its model in (`openai/gpt-x`).
 pub const MODEL_HEADER: &str = "x-model";
@@ -112,7 +112,7 @@ pub fn prometheus() -> PrometheusHandle {
             if let Err(err) = ::metrics::set_global_recorder(recorder) {
                 eprintln!("metrics will not be recorded: {err}");
             }
-            metrics::install();
+            metrics_facade::install();
             handle
         })
         .clone()
@@ -131,7 +131,7 @@ impl App {
             (&Method::GET, "/metrics") => {
                 // Counts are taken from the breakers now: the request path
                 // writes nothing for metrics.
-                metrics::export_registry(&self.registry);
+                metrics_facade::export_registry(&self.registry);
                 reply(
                     StatusCode::OK,
                     "text/plain; version=0.0.4",

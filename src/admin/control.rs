@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::json::{self, Entry};
 use super::Admin;
-use crate::serde::parse_duration;
+use crate::serialization::parse_duration;
 use crate::Breaker;
 
 /// What an operator may do, as the paths name it.

@@ -31,6 +31,8 @@ mod http;
 mod interop;
 #[cfg(feature = "http-body")]
 mod stream;
+#[cfg(feature = "tonic")]
+pub(crate) mod tonic;
 
 use std::error::Error;
 
@@ -45,6 +47,9 @@ pub use interop::{TowerHttp, TowerHttpEosOf};
 #[cfg(feature = "http-body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http-body")))]
 pub use stream::{BodyEnds, Classified, ClassifyEos, ClassifyResponse, StreamingHttp};
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub use tonic::TonicClassifier;
 
 /// Decides how a call's result counts. Implemented by closures
 /// `Fn(Result<&T, &E>) -> impl Into<Verdict>`.

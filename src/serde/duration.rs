@@ -25,13 +25,13 @@ const UNITS: [(&str, u64); 5] = [
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_circuit_breaker::serde::parse_duration;
+/// use tower_circuit_breaker::serialization::parse_duration;
 ///
 /// assert_eq!(parse_duration("1m30s")?, Duration::from_secs(90));
 /// assert_eq!(parse_duration("250ms")?, Duration::from_millis(250));
 /// assert!(parse_duration("30").is_err(), "a unit is required");
 /// assert!(parse_duration("-5s").is_err());
-/// # Ok::<_, tower_circuit_breaker::serde::DurationError>(())
+/// # Ok::<_, tower_circuit_breaker::serialization::DurationError>(())
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let fail = |problem: String| DurationError {
@@ -109,7 +109,7 @@ fn rest(text: &str, pos: usize) -> &str {
 /// with it.
 ///
 /// ```
-/// use tower_circuit_breaker::serde::parse_duration;
+/// use tower_circuit_breaker::serialization::parse_duration;
 ///
 /// let err = parse_duration("5x").unwrap_err();
 /// assert_eq!(err.input(), "5x");

@@ -162,7 +162,7 @@ fn untrip(err: ConfigError) -> ConfigError {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_circuit_breaker::{serde::RegistryConfig, policy::CountWindow, State};
+/// use tower_circuit_breaker::{serialization::RegistryConfig, policy::CountWindow, State};
 ///
 /// let configs: RegistryConfig<String> = toml::from_str(r#"
 ///     [default]
@@ -228,7 +228,7 @@ where
     /// file cannot say, such as [`parent`](RegistryBuilder::parent).
     ///
     /// ```
-    /// use tower_circuit_breaker::serde::RegistryConfig;
+    /// use tower_circuit_breaker::serialization::RegistryConfig;
     ///
     /// let configs: RegistryConfig<String> = toml::from_str("[keys.openai]\nprobes = 2")?;
     /// let registry = configs

@@ -1,7 +1,7 @@
 //! The outage demo: many conversations through one provider outage, without
 //! and with the breaker, over real HTTP.
 //!
-//! `cargo run --release --example outage` (about 25 seconds).
+//! `cargo run --release -p outage-demo` (about 25 seconds, once built).
 //!
 //! Two local HTTP upstreams play model providers: a primary that turns
 //! degraded for a while (it accepts each request and holds it past the
@@ -17,24 +17,28 @@
 //! Times are scaled down (1 s for about 15 s of a real provider) so that the
 //! whole demo takes seconds. It prints the breaker's state changes as they
 //! happen, then a table side by side, and writes a chart to
-//! `target/outage.svg`. The scenario itself is `outage/scenario.rs`, which
-//! `tests/outage_demo.rs` runs on paused time with in-process upstreams.
+//! `target/outage.svg`. The scenario itself is `src/scenario.rs`, which the
+//! crate's `tests/outage_demo.rs` runs on paused time with in-process
+//! upstreams.
+//!
+//! A package of its own, with only the dependencies the demo needs, so that
+//! it builds in a few minutes from cold rather than with every
+//! dev-dependency of the crate (benchmarks, property tests, gRPC).
 //!
 //! [`Failover`]: tower_circuit_breaker::Failover
 
-#[path = "outage/chart.rs"]
 mod chart;
-#[path = "outage/scenario.rs"]
 mod scenario;
-#[path = "outage/upstream.rs"]
 mod upstream;
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Instant as WallClock;
 
 use tower::BoxError;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::fmt::{format::Writer, time::FormatTime};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use scenario::{human, Timing};
 
@@ -49,18 +53,36 @@ impl FormatTime for SinceStart {
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<(), BoxError> {
+// The runtime is built by hand rather than with `#[tokio::main]`, and the
+// log filter is tracing-subscriber's `Targets` rather than its `EnvFilter`:
+// neither proc macros nor a regex engine are then compiled, which keeps the
+// demo's cold build short.
+fn main() -> Result<(), BoxError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(demo())
+}
+
+async fn demo() -> Result<(), BoxError> {
     // The breaker's own transition events (WARN on open, INFO otherwise) and
-    // the scenario's milestones. RUST_LOG overrides, for example
-    // `RUST_LOG=info` to see every fallback the failover makes.
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("warn,outage=info,tower_circuit_breaker::events=info"));
+    // the scenario's milestones. RUST_LOG overrides with targets and levels,
+    // for example `RUST_LOG=info` to see every fallback the failover makes.
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|directives| directives.parse::<Targets>().ok())
+        .unwrap_or_else(|| {
+            Targets::new()
+                .with_default(tracing::Level::WARN)
+                .with_target("outage", tracing::Level::INFO)
+                .with_target("tower_circuit_breaker::events", tracing::Level::INFO)
+        });
     tracing_subscriber::fmt()
-        .with_env_filter(filter)
         .with_timer(SinceStart(WallClock::now()))
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .finish()
+        .with(filter)
         .init();
 
     let timing = Timing::scaled();
@@ -98,7 +120,9 @@ async fn main() -> Result<(), BoxError> {
         with.waited_after_open(),
     );
 
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/outage.svg");
+    // The workspace's `target`, two levels up from this package.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2);
+    let path = root.unwrap_or(Path::new(".")).join("target/outage.svg");
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }

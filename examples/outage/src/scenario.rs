@@ -1,7 +1,7 @@
 //! The outage scenario: many conversations through one provider outage, with
 //! and without the breaker.
 //!
-//! Shared by `examples/outage.rs` (HTTP upstreams on local sockets, real
+//! Shared by the demo (`examples/outage`: HTTP upstreams on local sockets, real
 //! time) and `tests/outage_demo.rs` (in-process upstreams, paused time):
 //! both hand [`run`] a way to reach a [`Provider`], and everything else, the
 //! schedule, the clients, the conversations and the tally, is this file.
