@@ -190,6 +190,7 @@ pub struct MemoryFleetBuilder {
     queue_capacity: usize,
     failures_to_open: Option<u32>,
     failure_window: Duration,
+    quorum: u32,
 }
 
 /// One instance of a service in a [`MemoryFleet`]: what one `RedisStore`
@@ -327,6 +328,7 @@ impl MemoryFleet {
             queue_capacity: 4096,
             failures_to_open: None,
             failure_window: Duration::from_secs(60),
+            quorum: 1,
         }
     }
 
@@ -362,6 +364,7 @@ impl fmt::Debug for MemoryFleet {
             .field("hold", &self.inner.timing.hold)
             .field("failure_window", &self.inner.settings.failure_window)
             .field("failures_to_open", &self.inner.settings.failures_to_open)
+            .field("quorum", &self.inner.settings.quorum)
             .field("queue_capacity", &self.inner.queue_capacity)
             .finish()
     }
@@ -409,6 +412,17 @@ impl MemoryFleetBuilder {
         self
     }
 
+    /// How many instances must be failing at once before the fleet opens
+    /// a breaker (default 1: any instance's evidence opens it for all).
+    /// See the Redis store's
+    /// [`quorum`](crate::store::redis::RedisStoreBuilder::quorum), which
+    /// this mirrors: below the quorum, an instance's breaker opens on its
+    /// own and the others keep serving.
+    pub fn quorum(mut self, instances: u32) -> Self {
+        self.quorum = instances;
+        self
+    }
+
     /// Checks the settings and makes the fleet, whose instances' tasks will
     /// run on the current tokio runtime. Must be called inside one.
     pub fn build(self) -> Result<MemoryFleet, MemoryFleetError> {
@@ -431,6 +445,9 @@ impl MemoryFleetBuilder {
         if self.failures_to_open == Some(0) {
             return Err(bad("failures_to_open", "must be at least 1").into());
         }
+        if self.quorum == 0 {
+            return Err(bad("quorum", "must be at least 1").into());
+        }
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| MemoryFleetError::NoRuntime)?;
         Ok(MemoryFleet {
@@ -440,6 +457,7 @@ impl MemoryFleetBuilder {
                     failures_to_open: self.failures_to_open,
                     failure_window: self.failure_window,
                     probe_lease: self.probe_lease,
+                    quorum: self.quorum,
                 }),
                 timing: Timing {
                     hold: self.hold,

@@ -521,6 +521,7 @@ impl RedisStoreBuilder {
                 failures_to_open: self.failures_to_open,
                 failure_window: self.failure_window,
                 probe_lease: self.probe_lease,
+                quorum: 1,
             }),
             attach,
             events: broadcast::channel(16).0,
