@@ -16,15 +16,30 @@
 //!   unless the shared count is known to be non-zero. Every other policy
 //!   (windows, slow calls) still trips on this instance's evidence, and the
 //!   opening is then shared with the fleet.
-//! - **A local read path.** Admission reads only local memory. Each instance
-//!   refreshes the state of all its keys every
-//!   [`refresh_interval`](RedisStoreBuilder::refresh_interval) (one round
-//!   trip: all keys' reads are in flight at once on one connection; a key
-//!   just attached is read at once, on its own), and is
-//!   told of every opening and closing at once by pub/sub, so the fleet
-//!   learns of a trip within milliseconds. Writes go to a background task
-//!   through a bounded queue; a full queue drops the oldest write and counts
-//!   it ([`StoreStats::dropped_writes`]); a request never waits.
+//! - **A quorum.** With [`quorum`](RedisStoreBuilder::quorum) above 1, a
+//!   fleet-wide opening needs that many distinct instances failing at once,
+//!   so that one instance whose own network path is broken cannot open a
+//!   healthy provider for everyone: below it, that instance's breaker opens
+//!   on its own, and the others keep serving.
+//! - **A local read path, and a cost that follows what is open.**
+//!   Admission reads only local memory. The fleet keeps an index of the
+//!   breakers that are open or counting failures, split into
+//!   [`index_shards`](RedisStoreBuilder::index_shards) shards, each with a
+//!   version that moves on every change. Each instance keeps its own view
+//!   of the index: every
+//!   [`refresh_interval`](RedisStoreBuilder::refresh_interval) it reads the
+//!   shards' versions (one command on a single server), and reads a
+//!   shard's index only when its version moved and pub/sub did not already
+//!   tell it what changed. Pub/sub tells every instance of every opening
+//!   and closing at once, so the fleet learns of a trip within
+//!   milliseconds. A key attached later learns its state from the view, at
+//!   once, with no read of its own. With nothing changing, an instance
+//!   costs Redis two commands per interval (the versions, and a check that
+//!   its subscription still answers), whether it has ten keys or a
+//!   million; with keys open, a shard read costs in proportion to what is
+//!   open in it. Writes go to a background task through a bounded queue; a
+//!   full queue drops the oldest write and counts it
+//!   ([`StoreStats::dropped_writes`]); a request never waits.
 //! - **One prober.** When the fleet's open period ends, an instance must win
 //!   the probe lock (`SET NX` with a
 //!   [`probe_lease`](RedisStoreBuilder::probe_lease)) before its breaker
@@ -33,35 +48,52 @@
 //!   lease expires. Probe successes are counted in Redis, so
 //!   `successes_to_close` holds fleet-wide, and the script closes only once
 //!   `min_open` has passed since the opening. No lock is ever held across a
-//!   user's request except the probe's own.
+//!   user's request except the probe's own. Several breakers of one name on
+//!   one instance send one probe between them.
 //! - **Redis slow or down.** No request waits on it. Each instance keeps
 //!   working on its local breakers, emits [`StoreEvent::Unavailable`] (and,
 //!   with the `metrics` feature, counts the episode) once per episode, and
-//!   when Redis answers again resyncs: it adopts the fleet's openings and
-//!   shares those of its own still open ([`StoreEvent::Restored`]).
-//!   Outcomes seen meanwhile stay local: writes due while Redis is down are
-//!   dropped and counted, never replayed later for an outage that may be
-//!   over. A Redis that answers in a protocol it should not is treated as
-//!   down; a key holding data of another shape (another application's, or
-//!   damaged) is skipped and counted ([`StoreStats::key_errors`]) while the
-//!   other keys are shared. No period read from Redis holds a breaker open
-//!   longer than its `max_open` (plus the hold below) from when the
-//!   instance began following it, and generations never repeat (a lost
-//!   counter starts again from Redis's clock).
+//!   when Redis answers again resyncs: it reads the whole index again,
+//!   adopts the fleet's openings and shares those of its own still open
+//!   ([`StoreEvent::Restored`]). Outcomes seen meanwhile stay local: writes
+//!   due while Redis is down are dropped and counted, never replayed later
+//!   for an outage that may be over. Every exchange with Redis is bounded
+//!   whatever the number of keys; Redis counts as unavailable when the
+//!   versions or a batch of writes are not answered within the
+//!   [`command_timeout`](RedisStoreBuilder::command_timeout), but a read of
+//!   the index that is merely slow is tried again at the next refresh
+//!   ([`StoreStats::slow_reads`]). A Redis that answers in a protocol it
+//!   should not is treated as down; a key holding data of another shape
+//!   (another application's, or damaged) is skipped and counted
+//!   ([`StoreStats::key_errors`]) while the other keys are shared: an error
+//!   about one key never takes the store down. No period read from Redis
+//!   holds a breaker open longer than its `max_open` (plus the hold below)
+//!   from when the instance began following it, and generations never
+//!   repeat (a lost counter starts again from Redis's clock).
 //!
 //! # How the state is kept
 //!
-//! Per breaker, under `<prefix>:{<escaped name>}:`, so that all its keys
-//! share one hash tag and its script runs in one slot of a Redis Cluster.
 //! The name is escaped (every byte but ASCII letters, digits, `.`, `_` and
 //! `-` becomes `%XX`), one-to-one, so no name, however hostile (`:`, `*`,
-//! braces, newlines, any length), can reach another breaker's keys or
-//! change the hash tag. The keys: `record` (a hash: fleet generation, failed probe
-//! rounds, probe successes; it expires `max_open` after its open period
-//! ends), `wait` (exists while the open period runs; its time to live is
-//! what is left, measured by Redis, so instances' clocks never matter),
-//! `min_open`, `failures`, `generation` and `probe_lock`. Openings and
-//! closings are published on `<prefix>:events`.
+//! braces, newlines, any length, or empty), can reach another breaker's
+//! keys or change a hash tag. The escaped name picks one of the index
+//! shards (a hash of it, the same in every process), and shard `s` of `n`
+//! keeps everything under the hash tag `{<prefix>:<s>/<n>}`, never empty:
+//! its index (`<prefix>:{<prefix>:<s>/<n>}:index`, a hash of the breakers
+//! open or counting failures), its version (`...:version`), and each of its
+//! breakers' keys, `<prefix>:{<prefix>:<s>/<n>}:<escaped name>:<part>`:
+//! `record` (a hash: fleet generation, failed probe rounds, probe
+//! successes; it expires `max_open` after its open period ends), `wait`
+//! (exists while the open period runs; its time to live is what is left,
+//! measured by Redis, so instances' clocks never matter), `min_open`,
+//! `failures` (the count, and who failed), `generation`, `probe_lock` and
+//! `votes` (instances whose opening the quorum declined). So one script, in
+//! one slot of a Redis Cluster, changes a breaker's state and its shard's
+//! index together, and the index's load spreads over the shards' slots. On
+//! a single server, openings and closings are published on
+//! `<prefix>:events`; on a Cluster, on each shard's own channel
+//! (`...:events`, sharded pub/sub: Redis 7 or later), to which every
+//! instance subscribes on whichever node holds it.
 //!
 //! Locally, an instance that follows a fleet opening keeps its breaker open
 //! for the fleet's period plus [`hold`](RedisStoreBuilder::hold): the time
@@ -116,9 +148,12 @@
 //!
 //! [`Breaker::force_open`]: crate::Breaker::force_open
 
+mod conn;
 mod keys;
+mod pubsub;
 mod script;
 mod task;
+mod view;
 
 use std::error::Error;
 use std::fmt;
@@ -173,6 +208,7 @@ pub struct RedisStore {
 pub(crate) struct Inner {
     prefix: String,
     instance: String,
+    shards: u16,
     queue: Arc<Queue>,
     settings: Arc<LinkSettings>,
     attach: mpsc::UnboundedSender<task::Attached>,
@@ -190,6 +226,8 @@ pub(crate) struct Stats {
     pub(crate) messages: AtomicU64,
     pub(crate) probe_locks_won: AtomicU64,
     pub(crate) key_errors: AtomicU64,
+    pub(crate) index_reads: AtomicU64,
+    pub(crate) slow_reads: AtomicU64,
 }
 
 /// Builds a [`RedisStore`]; [`build`](Self::build) checks every value.
@@ -206,6 +244,8 @@ pub struct RedisStoreBuilder {
     queue_capacity: usize,
     failures_to_open: Option<u32>,
     failure_window: Duration,
+    quorum: u32,
+    index_shards: u16,
 }
 
 /// Something the store went through, for logs and alerts.
@@ -238,10 +278,16 @@ pub struct StoreStats {
     pub failed_writes: u64,
     /// Writes carried out.
     pub writes: u64,
-    /// Read-back rounds completed: the refresh of every attached key each
-    /// interval, and the first read of keys just attached (a burst of
-    /// attachments, as a registry warming up makes, is read in one round).
+    /// Refreshes completed: each interval's check of the index shards'
+    /// versions, and the read of every shard whose version moved.
     pub refreshes: u64,
+    /// Reads of an index shard (one per shard whose version moved since
+    /// this instance last took it in).
+    pub index_reads: u64,
+    /// Refreshes whose reads of the index took longer than the command
+    /// timeout: tried again at the next refresh (Redis, which answered
+    /// the versions in time, does not count as unavailable).
+    pub slow_reads: u64,
     /// Pub/sub messages taken in.
     pub messages: u64,
     /// Times this instance won a probe lock.
@@ -313,6 +359,8 @@ impl RedisStore {
             queue_capacity: 4096,
             failures_to_open: None,
             failure_window: Duration::from_secs(60),
+            quorum: 1,
+            index_shards: 16,
         }
     }
 
@@ -369,6 +417,8 @@ impl RedisStore {
             messages: s.messages.load(Ordering::Relaxed),
             probe_locks_won: s.probe_locks_won.load(Ordering::Relaxed),
             key_errors: s.key_errors.load(Ordering::Relaxed),
+            index_reads: s.index_reads.load(Ordering::Relaxed),
+            slow_reads: s.slow_reads.load(Ordering::Relaxed),
         }
     }
 
@@ -414,10 +464,11 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// How often the state of every attached key is read back in bulk
-    /// (default 1 s): the bound on how stale an instance's view can be when
-    /// a pub/sub message was lost, and how often an unavailable Redis is
-    /// tried again.
+    /// How often the index shards' versions are checked, and the shards
+    /// that moved read (default 1 s): the bound on how stale an instance's
+    /// view can be when a pub/sub message was lost, how often the
+    /// subscription is checked, and how often an unavailable Redis is tried
+    /// again.
     pub fn refresh_interval(mut self, interval: Duration) -> Self {
         self.refresh_interval = interval;
         self
@@ -440,8 +491,10 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// How long one exchange with Redis may take before Redis counts as
-    /// unavailable (default 250 ms).
+    /// How long one exchange with Redis may take (default 250 ms). The
+    /// versions' check and a batch of writes that take longer make Redis
+    /// count as unavailable; a slower read of the index is tried again at
+    /// the next refresh. No exchange grows with the number of keys.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
@@ -467,6 +520,37 @@ impl RedisStoreBuilder {
     /// failure (default 60 s).
     pub fn failure_window(mut self, window: Duration) -> Self {
         self.failure_window = window;
+        self
+    }
+
+    /// How many instances must be failing at once before the fleet opens
+    /// a breaker for all of them (default 1: any instance's evidence opens
+    /// it, the behaviour of earlier releases).
+    ///
+    /// An instance whose own network path, DNS or connection pool is
+    /// broken fails every call, while the provider is healthy; with a
+    /// quorum of 1 its failures open the provider for the whole fleet. With
+    /// a quorum of `n`, a fleet-wide opening needs failures from `n`
+    /// distinct instances at once: those whose failures the fleet's count
+    /// holds (since the last success anywhere), and those whose own breaker
+    /// opened within its open period. Below it, the failing instance's
+    /// breaker opens on its own (it probes on its own, too) and the others
+    /// keep serving. 2 guards against one bad instance; every instance of a
+    /// fleet should use the same value.
+    pub fn quorum(mut self, instances: u32) -> Self {
+        self.quorum = instances;
+        self
+    }
+
+    /// Into how many shards the fleet's open index is split (default 16,
+    /// at most 1,024). Each shard has its own hash tag, so on a Cluster the
+    /// index's writes and the store's pub/sub spread over up to this many
+    /// slots; each refresh checks every shard's version (one command on a
+    /// single server; one per shard, on its own node, on a Cluster). Every
+    /// instance of a fleet must use the same value: it is part of the key
+    /// names, and instances that differ do not share breakers.
+    pub fn index_shards(mut self, shards: u16) -> Self {
+        self.index_shards = shards;
         self
     }
 
@@ -504,7 +588,13 @@ impl RedisStoreBuilder {
         if self.failures_to_open == Some(0) {
             return Err(bad("failures_to_open", "must be at least 1"));
         }
-        let backend = task::Backend::new(&self.urls, self.cluster, self.command_timeout)?;
+        if self.quorum == 0 {
+            return Err(bad("quorum", "must be at least 1"));
+        }
+        if !(1..=1024).contains(&self.index_shards) {
+            return Err(bad("index_shards", "must be between 1 and 1024"));
+        }
+        let backend = conn::Backend::new(&self.urls, self.cluster, self.command_timeout)?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
         // A random suffix keeps two instances given the same name apart: a
         // shared name would let both take one probe lock.
@@ -516,12 +606,13 @@ impl RedisStoreBuilder {
         let inner = Arc::new(Inner {
             prefix: self.prefix,
             instance,
+            shards: self.index_shards,
             queue: Arc::new(Queue::new(self.queue_capacity)),
             settings: Arc::new(LinkSettings {
                 failures_to_open: self.failures_to_open,
                 failure_window: self.failure_window,
                 probe_lease: self.probe_lease,
-                quorum: 1,
+                quorum: self.quorum,
             }),
             attach,
             events: broadcast::channel(16).0,
