@@ -484,8 +484,14 @@ impl Task {
                 },
             });
         }
-        if !batch.is_empty() {
-            self.send(batch).await;
+        // In batches, as queued writes are: a round of many keys ending at
+        // once (a fleet with a thousand keys open) is no one exchange.
+        while !batch.is_empty() {
+            let rest = batch.split_off(batch.len().min(BATCH));
+            if !self.send(batch).await {
+                return;
+            }
+            batch = rest;
         }
     }
 
