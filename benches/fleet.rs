@@ -673,6 +673,12 @@ fn fleet_scale(effort: &Effort) {
             f.rounds_due,
             f.first_sync
         );
+        let top: Vec<String> = f
+            .top_commands
+            .iter()
+            .map(|(name, per_s)| format!("{name} {per_s:.0}/s"))
+            .collect();
+        println!("       most served: {}", top.join(", "));
         figures.push(f);
     }
     scale::report(&figures, effort.sync_limit);

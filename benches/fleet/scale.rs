@@ -14,11 +14,14 @@
 //! before and after a steady window once every instance has synced:
 //! commands per second, Redis CPU seconds per second, bytes per second in
 //! and out, the refresh rounds that succeeded out of those due (M per
-//! interval), and the first-sync time: from an instance's start until its
-//! breaker of the key opened beforehand reads open (the slowest instance;
-//! "never" past the limit).
+//! interval), and the first-sync time: from an instance's start (its
+//! store built, then its K breakers made and attached, the key opened
+//! beforehand last) until that key's breaker reads open, watched from a
+//! thread of its own (the slowest instance; "never" past the limit).
 
 use std::future::ready;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -51,8 +54,15 @@ pub struct Figures {
     pub row: Row,
     pub window: Duration,
     pub commands_per_s: f64,
+    /// Scripts run (`EVALSHA`), per second: each counts in
+    /// `commands_per_s` with the commands it runs.
+    pub scripts_per_s: f64,
+    /// Openings and closings published, per second: the fleet's changes.
+    pub changes_per_s: f64,
     pub cpu_per_s: f64,
     pub bytes_per_s: f64,
+    /// The commands served most in the window, per second.
+    pub top_commands: Vec<(String, f64)>,
     pub rounds_ok: u64,
     pub rounds_due: u64,
     /// The slowest instance's first sync; `None`: not within the limit.
@@ -62,9 +72,11 @@ pub struct Figures {
 }
 
 /// Redis's counters at one moment.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Counters {
     commands: u64,
+    /// Calls per command.
+    by_command: Vec<(String, u64)>,
     cpu_s: f64,
     bytes: u64,
 }
@@ -86,18 +98,21 @@ fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
 async fn counters(conn: &mut MultiplexedConnection) -> Counters {
     let commandstats = info(conn, "commandstats").await;
     // `cmdstat_<name>:calls=<n>,usec=...`
-    let commands = commandstats
+    let by_command: Vec<(String, u64)> = commandstats
         .lines()
-        .filter(|l| l.starts_with("cmdstat_"))
         .filter_map(|l| {
-            l.split("calls=")
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .split("calls=")
                 .nth(1)?
                 .split(',')
                 .next()?
-                .parse::<u64>()
-                .ok()
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
         })
-        .sum();
+        .collect();
+    let commands = by_command.iter().map(|(_, n)| n).sum();
     let cpu = info(conn, "cpu").await;
     let seconds = |name| {
         field(&cpu, name)
@@ -112,6 +127,7 @@ async fn counters(conn: &mut MultiplexedConnection) -> Counters {
     };
     Counters {
         commands,
+        by_command,
         cpu_s: seconds("used_cpu_sys") + seconds("used_cpu_user"),
         bytes: bytes("total_net_input_bytes") + bytes("total_net_output_bytes"),
     }
@@ -121,11 +137,13 @@ fn key(i: usize) -> String {
     format!("k{i}")
 }
 
-/// Every key's config: one failure opens it, for 1 s at every attempt.
+/// Every key's config: one failure opens it, for 1 s at every attempt
+/// (an active prober's included).
 fn config() -> Config {
     Config::builder()
         .trip(ConsecutiveFailures::new(1))
         .cooldown(Duration::from_secs(1))
+        .probe_interval(Duration::from_secs(1))
         .backoff(1.0)
         .build()
         .expect("config")
@@ -208,9 +226,13 @@ fn open_for_the_fleet(runtime: &Runtime, url: &str, names: &[String], config: &C
 struct Instance {
     store: RedisStore,
     _registry: Registry<String>,
-    marker: Breaker,
     _held: Vec<Breaker>,
+}
+
+/// An instance's breaker of the key opened beforehand, from its start.
+struct Watched {
     started: Instant,
+    marker: Breaker,
     synced: Option<Duration>,
 }
 
@@ -239,7 +261,25 @@ pub fn run(row: Row, window: Duration, sync_limit: Duration) -> Figures {
         open_for_the_fleet(runtime, &url, &open, &config());
     }
 
-    let mut instances: Vec<Instance> = (0..row.instances)
+    // First sync, watched from a thread of its own from each instance's
+    // start: each instance's breaker of the key opened beforehand (made
+    // last, after every other key) reads open.
+    let watched: Arc<Mutex<Vec<Watched>>> = Arc::default();
+    let watching = Arc::new(AtomicBool::new(true));
+    let watcher = {
+        let (watched, watching) = (Arc::clone(&watched), Arc::clone(&watching));
+        std::thread::spawn(move || {
+            while watching.load(Ordering::Relaxed) {
+                for w in watched.lock().unwrap_or_else(|p| p.into_inner()).iter_mut() {
+                    if w.synced.is_none() && w.marker.state() == State::Open {
+                        w.synced = Some(w.started.elapsed());
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let instances: Vec<Instance> = (0..row.instances)
         .map(|i| {
             let _context = runtime.enter();
             let started = Instant::now();
@@ -259,6 +299,14 @@ pub fn run(row: Row, window: Duration, sync_limit: Duration) -> Figures {
                 registry.get(&key(k)).expect("room for every key");
             }
             let marker = registry.get(&marker).expect("the marker");
+            watched
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(Watched {
+                    started,
+                    marker,
+                    synced: None,
+                });
             let held: Vec<Breaker> = open
                 .iter()
                 .map(|name| {
@@ -270,33 +318,21 @@ pub fn run(row: Row, window: Duration, sync_limit: Duration) -> Figures {
             Instance {
                 store,
                 _registry: registry,
-                marker,
                 _held: held,
-                started,
-                synced: None,
             }
         })
         .collect();
-
-    // First sync: each instance's breaker of the key opened beforehand
-    // reads open.
     let deadline = Instant::now() + sync_limit;
-    loop {
-        for instance in &mut instances {
-            if instance.synced.is_none() && instance.marker.state() == State::Open {
-                instance.synced = Some(instance.started.elapsed());
-            }
-        }
-        if instances.iter().all(|i| i.synced.is_some()) || Instant::now() >= deadline {
-            break;
-        }
+    let synced = |watched: &Mutex<Vec<Watched>>| -> Option<Vec<Duration>> {
+        let watched = watched.lock().unwrap_or_else(|p| p.into_inner());
+        watched.iter().map(|w| w.synced).collect()
+    };
+    while synced(&watched).is_none() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    let first_sync = instances
-        .iter()
-        .map(|i| i.synced)
-        .collect::<Option<Vec<_>>>()
-        .and_then(|all| all.into_iter().max());
+    watching.store(false, Ordering::Relaxed);
+    let _ = watcher.join();
+    let first_sync = synced(&watched).and_then(|all| all.into_iter().max());
     // Let the start-up settle: one more interval.
     std::thread::sleep(REFRESH);
 
@@ -328,12 +364,39 @@ pub fn run(row: Row, window: Duration, sync_limit: Duration) -> Figures {
     drop(server);
     // The three INFO calls of the first snapshot are inside the window.
     let commands = after.commands.saturating_sub(before.commands + 3);
+    let calls_of = |name: &str| -> f64 {
+        let count = |c: &Counters| {
+            c.by_command
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, calls)| *calls)
+        };
+        count(&after).saturating_sub(count(&before)) as f64
+    };
+    let mut top_commands: Vec<(String, f64)> = after
+        .by_command
+        .iter()
+        .map(|(name, calls)| {
+            let earlier = before
+                .by_command
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, c)| *c);
+            (name.clone(), calls.saturating_sub(earlier) as f64 / elapsed)
+        })
+        .filter(|(name, per_s)| name != "info" && *per_s > 0.0)
+        .collect();
+    top_commands.sort_by(|a, b| b.1.total_cmp(&a.1));
+    top_commands.truncate(5);
     Figures {
         row,
         window,
         commands_per_s: commands as f64 / elapsed,
+        scripts_per_s: calls_of("evalsha") / elapsed,
+        changes_per_s: (calls_of("publish") + calls_of("spublish")) / elapsed,
         cpu_per_s: (after.cpu_s - before.cpu_s) / elapsed,
         bytes_per_s: after.bytes.saturating_sub(before.bytes) as f64 / elapsed,
+        top_commands,
         rounds_ok,
         rounds_due: (row.instances as f64 * elapsed / REFRESH.as_secs_f64()).round() as u64,
         first_sync,
@@ -351,11 +414,17 @@ pub fn report(rows: &[Figures], sync_limit: Duration) {
          windows"
     );
     println!(
-        "{:>8} {:>4} {:>6} {:>12} {:>10} {:>12} {:>12} {:>11} {:>12}",
+        "(commands as Redis counts them: a script counts once as EVALSHA and once for each \
+         command it runs)"
+    );
+    println!(
+        "{:>8} {:>4} {:>6} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12} {:>11} {:>12}",
         "K",
         "M",
         "open",
         "commands/s",
+        "scripts/s",
+        "changes/s",
         "CPU s/s",
         "bytes/s",
         "rounds ok",
@@ -368,11 +437,13 @@ pub fn report(rows: &[Figures], sync_limit: Duration) {
             None => format!("> {} s", sync_limit.as_secs()),
         };
         println!(
-            "{:>8} {:>4} {:>5}% {:>12.0} {:>10.4} {:>12.0} {:>5} / {:<5} {:>11} {:>12}",
+            "{:>8} {:>4} {:>5}% {:>12.0} {:>10.0} {:>10.0} {:>10.4} {:>12.0} {:>5} / {:<5} {:>11} {:>12}",
             f.row.keys,
             f.row.instances,
             f.row.open_percent,
             f.commands_per_s,
+            f.scripts_per_s,
+            f.changes_per_s,
             f.cpu_per_s,
             f.bytes_per_s,
             f.rounds_ok,
