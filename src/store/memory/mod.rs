@@ -14,6 +14,10 @@
 //!   or at [`failures_to_open`](MemoryFleetBuilder::failures_to_open); a
 //!   success anywhere resets it. Every other policy still trips on an
 //!   instance's own evidence, and the opening is then shared.
+//! - **A quorum.** With [`quorum`](MemoryFleetBuilder::quorum) above 1, a
+//!   fleet-wide opening needs that many distinct instances failing at once;
+//!   below it, the failing instance's breaker opens on its own and the
+//!   others keep serving.
 //! - **One prober.** When the fleet's open period ends, one instance wins
 //!   the probe lease ([`probe_lease`](MemoryFleetBuilder::probe_lease) long)
 //!   and its breakers go half-open; the others keep refusing, hear that the
@@ -29,8 +33,8 @@
 //!   carries it out on the fleet's state and brings the answers into the
 //!   breakers. Every change (an opening, a closing, a new failure count)
 //!   reaches every other instance's task at once and in the order the
-//!   fleet decided it: what pub/sub and the bulk refresh do for Redis,
-//!   with nothing to lose on the way. A breaker attached late learns the
+//!   fleet decided it: what pub/sub and the index do for Redis, with
+//!   nothing to lose on the way. A breaker attached late learns the
 //!   fleet's state at once.
 //! - **Tokio's clock.** Open periods, leases, `min_open` and the failure
 //!   window run on `tokio::time`, so paused time drives a whole fleet: a

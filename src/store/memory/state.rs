@@ -7,7 +7,7 @@
 //! the probe lease), on tokio's clock. Every operation answers the calling
 //! instance with a [`Reply`], exactly as the script would, and tells every
 //! other instance what changed (an opening, a closing, a new failure
-//! count): what pub/sub and the bulk refresh do for Redis, here at once and
+//! count): what pub/sub and the index do for Redis, here at once and
 //! in order.
 
 use std::collections::HashMap;
