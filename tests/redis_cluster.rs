@@ -10,7 +10,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use redis_support::{
-    breaker_key, connect, eventually_within, free_port, shard_base, RedisCluster, Upstream,
+    breaker_key, commands_served, connect, eventually_within, free_port, shard_base, RedisCluster,
+    Upstream,
 };
 use tokio::time::Instant;
 use tower::{BoxError, Service, ServiceExt};
@@ -66,6 +67,7 @@ impl Instance {
             .unwrap();
         let registry = Registry::builder()
             .default_config(config)
+            .max_keys(100_000)
             .store(&store)
             .build();
         Instance { store, registry }
@@ -313,5 +315,56 @@ async fn an_opening_reaches_every_instance_by_pubsub_whatever_node_each_was_give
     .await;
     for (instance, before) in fleet.iter().zip(refreshes) {
         assert_eq!(instance.store.stats().refreshes, before, "told by pub/sub");
+    }
+}
+
+/// Commands all nodes served per refresh of one instance holding `keys`
+/// keys, nothing open, over ten refreshes.
+async fn commands_per_refresh(keys: usize) -> f64 {
+    let cluster = RedisCluster::start();
+    let instance = Instance::with(
+        RedisStore::cluster_builder(cluster.urls()).refresh_interval(Duration::from_millis(100)),
+    );
+    for k in 0..keys {
+        instance.state(&format!("k{k}"));
+    }
+    eventually("synced and subscribed", || {
+        let stats = instance.store.stats();
+        stats.refreshes > 2 && stats.messages > 0
+    })
+    .await;
+    let served = |urls: Vec<String>| async move {
+        let mut total = 0;
+        for url in urls {
+            total += commands_served(&url).await;
+        }
+        total
+    };
+    let (refreshes, before) = (
+        instance.store.stats().refreshes,
+        served(cluster.urls()).await,
+    );
+    eventually("ten more refreshes", || {
+        instance.store.stats().refreshes >= refreshes + 10
+    })
+    .await;
+    let (refreshes_after, after) = (
+        instance.store.stats().refreshes,
+        served(cluster.urls()).await,
+    );
+    assert_eq!(instance.store.stats().unavailable_episodes, 0);
+    // The second round of INFO (one per node) is inside the count.
+    (after - before - 3) as f64 / (refreshes_after - refreshes) as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nothing_open_commands_per_refresh_stay_bounded_as_keys_grow_on_a_cluster() {
+    let few = commands_per_refresh(100).await;
+    let many = commands_per_refresh(100_000).await;
+    eprintln!("commands per refresh on a cluster: {few:.2} with 100 keys, {many:.2} with 100,000");
+    // The versions, one per shard (16), and the subscription's check, one
+    // per node (3), whatever the number of keys.
+    for per_refresh in [few, many] {
+        assert!(per_refresh <= 20.0, "{per_refresh:.2} commands per refresh");
     }
 }
