@@ -1306,3 +1306,54 @@ async fn a_subscriber_on_a_silent_connection_is_replaced_and_hears_again() {
     eventually("the listener open", || listener.state() == State::Open).await;
     assert_eq!(listener.request().await, Answer::Refused);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_shard_of_a_hundred_thousand_entries_is_read_in_pages_and_syncs() {
+    let server = RedisServer::start();
+    // One shard's index holds 100,000 entries (a fleet with that many keys
+    // counting failures) and the opening of `llm`: read in one exchange, it
+    // takes longer than the command timeout; in pages, each page answers
+    // well within it.
+    let mut conn = connect(&server.url()).await;
+    let shard = shard_base("big-index", "llm");
+    let until = redis_now_ms(&mut conn).await + 3_600_000;
+    for chunk in 0..10 {
+        let mut pipe = redis::pipe();
+        let cmd = pipe.cmd("HSET").arg(format!("{shard}:index"));
+        for i in 0..10_000 {
+            cmd.arg(format!("k{chunk}-{i}"))
+                .arg(format!("c 1 1 {until}"));
+        }
+        let _: () = pipe.query_async(&mut conn).await.unwrap();
+    }
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{shard}:index"))
+        .arg("llm")
+        .arg(format!("o 2 5 0 {until} {until}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{shard}:version"))
+        .arg(2)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut instance = Instance::new(
+        RedisStore::builder(server.url())
+            .prefix("big-index")
+            .refresh_interval(Duration::from_millis(500))
+            .command_timeout(Duration::from_millis(100))
+            .hold(Duration::from_millis(500)),
+        config("llm", 1, Duration::from_secs(30)),
+        &Upstream::default(),
+    );
+    eventually("the fleet's opening read from the big shard", || {
+        instance.state() == State::Open
+    })
+    .await;
+    assert_eq!(instance.request().await, Answer::Refused);
+    let stats = instance.store.stats();
+    assert!(stats.available, "{stats:?}");
+    assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
+}

@@ -60,9 +60,12 @@
 //!   for an outage that may be over. Every exchange with Redis is bounded
 //!   whatever the number of keys; Redis counts as unavailable when the
 //!   versions or a batch of writes are not answered within the
-//!   [`command_timeout`](RedisStoreBuilder::command_timeout), but a read of
-//!   the index that is merely slow is tried again at the next refresh
-//!   ([`StoreStats::slow_reads`]). A Redis that answers in a protocol it
+//!   [`command_timeout`](RedisStoreBuilder::command_timeout). The index is
+//!   read in pages of about a thousand entries, each its own exchange
+//!   under the timeout, so that a shard holding many open keys never
+//!   makes one exchange that outgrows it; a page that is merely slow is
+//!   read again at the next refresh ([`StoreStats::slow_reads`]), and does
+//!   not count as Redis being down. A Redis that answers in a protocol it
 //!   should not is treated as down; a key holding data of another shape
 //!   (another application's, or damaged) is skipped and counted
 //!   ([`StoreStats::key_errors`]) while the other keys are shared: an error
@@ -314,12 +317,13 @@ pub struct StoreStats {
     /// Refreshes completed: each interval's check of the index shards'
     /// versions, and the read of every shard whose version moved.
     pub refreshes: u64,
-    /// Reads of an index shard (one per shard whose version moved since
-    /// this instance last took it in).
+    /// Whole reads of an index shard (one per shard whose version moved
+    /// since this instance last took it in), each made of one or more
+    /// pages.
     pub index_reads: u64,
-    /// Refreshes whose reads of the index took longer than the command
-    /// timeout: tried again at the next refresh (Redis, which answered
-    /// the versions in time, does not count as unavailable).
+    /// Rounds of index pages that took longer than the command timeout:
+    /// those shards are read again at the next refresh (Redis, which
+    /// answered the versions in time, does not count as unavailable).
     pub slow_reads: u64,
     /// Pub/sub messages taken in.
     pub messages: u64,

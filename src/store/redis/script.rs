@@ -206,15 +206,19 @@ answer[6] = tonumber(redis.call('GET', KEYS[9]) or '0')
 return answer
 "#;
 
-/// Reads one shard's index: `{version, now, name, entry, name, entry...}`
-/// with Redis's clock in milliseconds, leaving out (and deleting) entries
-/// whose time is up: a count forgotten, an opening the fleet no longer
-/// keeps. `KEYS`: index, version.
+/// Reads one page of a shard's index: `{version, now, cursor, name,
+/// entry, name, entry...}` with Redis's clock in milliseconds and the
+/// cursor of the next page (`0`: this was the last), leaving out (and
+/// deleting) entries whose time is up: a count forgotten, an opening the
+/// fleet no longer keeps. `KEYS`: index, version. `ARGV`: cursor, page
+/// size. A page is an `HSCAN` step, so that no exchange, however many
+/// entries the shard holds, takes longer than a page's worth of work.
 const READ_LUA: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {redis.call('GET', KEYS[2]) or '', string.format('%.0f', now)}
-local flat = redis.call('HGETALL', KEYS[1])
+local page = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
+local out = {redis.call('GET', KEYS[2]) or '', string.format('%.0f', now), page[1]}
+local flat = page[2]
 local gone = {}
 for i = 1, #flat, 2 do
   local until_ms = tonumber(string.match(flat[i + 1], ' (%d+)$') or '')
@@ -231,6 +235,11 @@ for i = 1, #gone, 500 do
 end
 return out
 "#;
+
+/// Entries asked for per page of an index read (`HSCAN`'s `COUNT`, a
+/// hint: a small hash comes whole). A page of a thousand entries is about
+/// 50 KB and a millisecond of Redis's time.
+pub(crate) const PAGE: usize = 1000;
 
 /// The scripts, made once per store.
 pub(crate) struct Scripts {
@@ -304,10 +313,17 @@ pub(crate) fn invocation<'a>(
     call
 }
 
-/// One read of `shard`'s index.
-pub(crate) fn read_invocation<'a>(scripts: &'a Scripts, shard: &Shard) -> ScriptInvocation<'a> {
+/// One read of a page of `shard`'s index, from `cursor` (0: the first).
+pub(crate) fn read_invocation<'a>(
+    scripts: &'a Scripts,
+    shard: &Shard,
+    cursor: u64,
+) -> ScriptInvocation<'a> {
     let mut call = scripts.read.prepare_invoke();
-    call.key(&shard.index).key(&shard.version);
+    call.key(&shard.index)
+        .key(&shard.version)
+        .arg(cursor)
+        .arg(PAGE);
     call
 }
 

@@ -9,11 +9,12 @@
 //! breakers through the `fleet_*` transitions.
 //!
 //! Every exchange has a timeout, and each is bounded whatever the number
-//! of keys: the versions are one small read, a shard's index holds only
-//! what is open or counting, a batch of writes at most [`BATCH`] calls. A
-//! version check or a write that fails or times out marks Redis
-//! unavailable until one succeeds again; a read of the shards that is
-//! merely slow is tried again at the next refresh.
+//! of keys and whatever is open: the versions are one small read, a
+//! shard's index is read a page (about [`PAGE`](super::script::PAGE) entries) at a time, a
+//! batch of writes is at most [`BATCH`] calls. A version check or a write
+//! that fails or times out marks Redis unavailable until one succeeds
+//! again; a page of the index that is merely slow is read again at the
+//! next refresh.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -48,6 +49,15 @@ pub(crate) struct Timing {
     pub(crate) command_timeout: Duration,
 }
 
+/// A shard's index being read, page by page.
+struct Scan {
+    shard: u16,
+    /// Where the next page starts.
+    cursor: u64,
+    /// The pages read so far.
+    read: Option<ShardRead>,
+}
+
 /// An attached key: its shard, and its local breakers.
 struct Entry {
     shard: u16,
@@ -75,6 +85,10 @@ pub(crate) struct Task {
     /// Keys whose next try at the probe lock is scheduled.
     scheduled: HashSet<Arc<str>>,
     view: View,
+    /// The shards whose reads are under way; empty between refreshes.
+    scans: Vec<Scan>,
+    /// Whether every shard of the refresh under way was read.
+    scan_whole: bool,
     /// Every attached breaker is to learn the view's state of its key at
     /// the next whole read: at the first, after Redis was unavailable, and
     /// after writes were dropped (an opening among them would otherwise
@@ -122,6 +136,8 @@ impl Task {
             entries: HashMap::new(),
             scheduled: HashSet::new(),
             view: View::new(shards),
+            scans: Vec::new(),
+            scan_whole: true,
             resync: true,
             dropped_seen: 0,
             swept_at: 0,
@@ -181,7 +197,13 @@ impl Task {
             }
             if Instant::now() >= next_refresh {
                 self.refresh().await;
-                next_refresh = Instant::now() + self.timing.refresh;
+                // A read in pages goes on at once, once what else is due
+                // (writes, messages, probe locks) had its turn.
+                next_refresh = if self.scans.is_empty() {
+                    Instant::now() + self.timing.refresh
+                } else {
+                    Instant::now()
+                };
             }
             self.probe_due().await;
         }
@@ -245,6 +267,7 @@ impl Task {
         // never told so, and would time out for as long as the kernel keeps
         // its socket.
         self.conn = None;
+        self.scans.clear();
         if let Some(inner) = self.stats() {
             inner.stats.available.store(false, Ordering::Relaxed);
             if self.available == Some(false) {
@@ -317,93 +340,62 @@ impl Task {
         }
     }
 
-    /// One refresh: the shards' versions (one small read, the check that
-    /// Redis answers), then the shards whose version moved, all in flight
-    /// at once; the breakers learn what changed.
+    /// One step of a refresh. A refresh reads the shards' versions (one
+    /// small read, the check that Redis answers), then the shards whose
+    /// version moved, in pages: each step reads one page of every shard
+    /// still being read, all in flight at once, so that no exchange grows
+    /// with what the index holds, and the task comes back to its writes,
+    /// messages and probe locks between pages. The breakers learn what
+    /// changed as each shard's read completes.
     async fn refresh(&mut self) {
-        let dropped = self.queue.dropped.load(Ordering::Relaxed);
-        if dropped != self.dropped_seen {
-            self.dropped_seen = dropped;
-            self.resync = true;
-        }
         let mut conn = match self.conn().await {
             Ok(conn) => conn,
             Err(e) => return self.mark_down(&e),
         };
-        let versions =
-            match timeout(self.timing.command_timeout, conn.mget(&self.version_keys)).await {
-                Ok(Ok(versions)) => versions,
-                Ok(Err(e)) => return self.mark_down(&e),
-                Err(_) => return self.mark_down(&timed_out()),
-            };
-        self.mark_up();
         let mut changed = Vec::new();
-        let mut behind = Vec::new();
-        for shard in 0..self.shards {
-            match versions.get(usize::from(shard)).and_then(version_of) {
-                Some(version) if !self.view.is_behind(shard, version) => {}
-                // A shard that never changed has nothing in its index:
-                // nothing to read.
-                Some(0) => changed.extend(
-                    self.view
-                        .install(shard, ShardRead::empty())
-                        .into_iter()
-                        .map(|name| (shard, name)),
-                ),
-                // Moved, or not a version: read the shard, which says
-                // what it is.
-                _ => behind.push(shard),
+        if self.scans.is_empty() {
+            let dropped = self.queue.dropped.load(Ordering::Relaxed);
+            if dropped != self.dropped_seen {
+                self.dropped_seen = dropped;
+                self.resync = true;
             }
-        }
-        let mut complete = true;
-        if !behind.is_empty() {
-            let calls: Vec<_> = behind
-                .iter()
-                .map(|&s| read_invocation(&self.scripts, &self.shard_keys[usize::from(s)]))
-                .collect();
-            let reads = calls.iter().map(|call| {
-                let mut conn = conn.clone();
-                async move { conn.invoke(call).await }
-            });
-            match timeout(self.timing.command_timeout, join_all(reads)).await {
-                // Slow, not down: Redis answered the versions in time. The
-                // shards are read again at the next refresh.
-                Err(_) => {
-                    complete = false;
-                    self.count(|s| &s.slow_reads, 1);
-                    tracing::debug!(
-                        store = "redis",
-                        shards = behind.len(),
-                        "index read timed out"
-                    );
-                }
-                Ok(replies) => {
-                    let at = Instant::now();
-                    self.count(|s| &s.index_reads, behind.len() as u64);
-                    for (&shard, reply) in behind.iter().zip(replies) {
-                        match reply.map(|v| ShardRead::parse(&v, at).ok_or(v)) {
-                            Ok(Ok(read)) => {
-                                self.count(|s| &s.key_errors, read.unreadable);
-                                changed.extend(
-                                    self.view
-                                        .install(shard, read)
-                                        .into_iter()
-                                        .map(|name| (shard, name)),
-                                );
-                            }
-                            Ok(Err(v)) => return self.mark_down(&garbage(&format!("{v:?}"))),
-                            Err(e) if concerns_one_key(&e) => {
-                                tracing::debug!(store = "redis", shard, error = %e, "unusable index shard");
-                                self.count(|s| &s.key_errors, 1);
-                                complete = false;
-                            }
-                            Err(e) => return self.mark_down(&e),
-                        }
-                    }
+            let versions =
+                match timeout(self.timing.command_timeout, conn.mget(&self.version_keys)).await {
+                    Ok(Ok(versions)) => versions,
+                    Ok(Err(e)) => return self.mark_down(&e),
+                    Err(_) => return self.mark_down(&timed_out()),
+                };
+            self.mark_up();
+            self.scan_whole = true;
+            for shard in 0..self.shards {
+                match versions.get(usize::from(shard)).and_then(version_of) {
+                    Some(version) if !self.view.is_behind(shard, version) => {}
+                    // A shard that never changed has nothing in its index:
+                    // nothing to read.
+                    Some(0) => changed.extend(
+                        self.view
+                            .install(shard, ShardRead::empty())
+                            .into_iter()
+                            .map(|name| (shard, name)),
+                    ),
+                    // Moved, or not a version: read the shard, which says
+                    // what it is.
+                    _ => self.scans.push(Scan {
+                        shard,
+                        cursor: 0,
+                        read: None,
+                    }),
                 }
             }
         }
-        if complete {
+        if !self.scans.is_empty() {
+            match self.read_pages(&conn).await {
+                Ok(installed) => changed.extend(installed),
+                Err(e) => return self.mark_down(&e),
+            }
+        }
+        let done = self.scans.is_empty();
+        if done && self.scan_whole {
             self.count(|s| &s.refreshes, 1);
         }
         self.view.prune();
@@ -422,21 +414,108 @@ impl Task {
             }
             return;
         }
-        // Open keys whose breakers here follow nothing (held by an
-        // operator, or closed here in that generation) are told again, as
-        // later news would: an operator's release lets them follow.
-        let idle = self.view.open().filter(|(_, name)| {
-            self.entries
-                .get(*name)
-                .is_some_and(|e| e.local.next_probe.is_none())
-        });
-        let idle: Vec<(u16, Arc<str>)> = idle.map(|(s, n)| (s, Arc::clone(n))).collect();
+        // Once a refresh is over, open keys whose breakers here follow
+        // nothing (held by an operator, or closed here in that generation)
+        // are told again, as later news would: an operator's release lets
+        // them follow.
+        let idle: Vec<(u16, Arc<str>)> = if done {
+            self.view
+                .open()
+                .filter(|(_, name)| {
+                    self.entries
+                        .get(*name)
+                        .is_some_and(|e| e.local.next_probe.is_none())
+                })
+                .map(|(s, n)| (s, Arc::clone(n)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         for (shard, name) in changed.into_iter().chain(idle) {
             if self.entries.contains_key(&name) {
                 let reply = self.view.reply(shard, &name, now);
                 self.apply(&name, reply);
             }
         }
+    }
+
+    /// Reads the next page of every shard being read, all in flight at
+    /// once, under one command timeout; installs the shards whose last
+    /// page came, and returns the breakers whose state changed. A page
+    /// that is merely slow ends the shard's read, which the next refresh
+    /// makes again: Redis answered the versions in time, and is not
+    /// down. An error about the shard's data skips it; any other error is
+    /// returned (Redis is down).
+    async fn read_pages(&mut self, conn: &Conn) -> RedisResult<Vec<(u16, Arc<str>)>> {
+        let scans = std::mem::take(&mut self.scans);
+        let calls: Vec<_> = scans
+            .iter()
+            .map(|scan| {
+                let shard = &self.shard_keys[usize::from(scan.shard)];
+                read_invocation(&self.scripts, shard, scan.cursor)
+            })
+            .collect();
+        let reads = calls.iter().map(|call| {
+            let mut conn = conn.clone();
+            async move { conn.invoke(call).await }
+        });
+        let Ok(replies) = timeout(self.timing.command_timeout, join_all(reads)).await else {
+            self.slow_read(scans.len());
+            return Ok(Vec::new());
+        };
+        let at = Instant::now();
+        let mut changed = Vec::new();
+        let mut slow = 0;
+        for (scan, reply) in scans.into_iter().zip(replies) {
+            let shard = scan.shard;
+            match reply.map(|v| ShardRead::parse(&v, at).ok_or(v)) {
+                Ok(Ok((page, cursor))) => {
+                    let read = match scan.read {
+                        Some(mut read) => {
+                            read.extend(page);
+                            read
+                        }
+                        None => page,
+                    };
+                    if cursor != 0 {
+                        self.scans.push(Scan {
+                            shard,
+                            cursor,
+                            read: Some(read),
+                        });
+                        continue;
+                    }
+                    self.count(|s| &s.index_reads, 1);
+                    self.count(|s| &s.key_errors, read.unreadable);
+                    changed.extend(
+                        self.view
+                            .install(shard, read)
+                            .into_iter()
+                            .map(|name| (shard, name)),
+                    );
+                }
+                Ok(Err(v)) => return Err(garbage(&format!("{v:?}"))),
+                // The connection's own response timeout: slow, as above.
+                Err(e) if e.is_timeout() => slow += 1,
+                Err(e) if concerns_one_key(&e) => {
+                    tracing::debug!(store = "redis", shard, error = %e, "unusable index shard");
+                    self.count(|s| &s.key_errors, 1);
+                    self.scan_whole = false;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if slow > 0 {
+            self.slow_read(slow);
+        }
+        Ok(changed)
+    }
+
+    /// `shards` shards' reads that took longer than the command timeout.
+    fn slow_read(&mut self, shards: usize) {
+        self.scan_whole = false;
+        self.count(|s| &s.slow_reads, 1);
+        tracing::debug!(store = "redis", shards, "index read timed out");
     }
 
     /// Tries the probe lock of every key whose time has come.

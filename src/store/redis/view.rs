@@ -136,7 +136,10 @@ struct ShardView {
     entries: HashMap<Arc<str>, Stamped>,
 }
 
-/// One shard's index as read: its version, and its entries.
+/// One shard's index as read: its version, and its entries. A read in
+/// pages holds the version of its first page: every change after it is
+/// either among the entries (stamped with its own, later, version), or
+/// moves the version past the read's, so that the shard is read again.
 pub(crate) struct ShardRead {
     pub(crate) version: u64,
     entries: Vec<(Arc<str>, Stamped)>,
@@ -167,21 +170,25 @@ impl ShardRead {
         }
     }
 
-    /// The read script's answer, `{version, now, name, entry, ...}`, with
-    /// Redis's times made local from `at` (when the answer came); `None`
-    /// when it is not one at all.
-    pub(crate) fn parse(value: &Value, at: Instant) -> Option<ShardRead> {
+    /// The read script's answer, `{version, now, cursor, name, entry,
+    /// ...}`: one page, and the cursor of the next (0: none), with Redis's
+    /// times made local from `at` (when the answer came); `None` when it
+    /// is not one at all.
+    pub(crate) fn parse(value: &Value, at: Instant) -> Option<(ShardRead, u64)> {
         let Value::Array(items) = value else {
             return None;
         };
-        let [version, now, rest @ ..] = items.as_slice() else {
+        let [version, now, cursor, rest @ ..] = items.as_slice() else {
             return None;
         };
         let version = version_of(version)?;
-        let now: u64 = match now {
-            Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok()?,
-            _ => return None,
+        let number = |value: &Value| -> Option<u64> {
+            match value {
+                Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+                _ => None,
+            }
         };
+        let (now, cursor) = (number(now)?, number(cursor)?);
         if rest.len() % 2 != 0 {
             return None;
         }
@@ -210,7 +217,13 @@ impl ShardRead {
                 None => read.unreadable += 1,
             }
         }
-        Some(read)
+        Some((read, cursor))
+    }
+
+    /// Adds a later page of the same read.
+    pub(crate) fn extend(&mut self, page: ShardRead) {
+        self.entries.extend(page.entries);
+        self.unreadable += page.unreadable;
     }
 }
 
@@ -395,7 +408,15 @@ mod tests {
     }
 
     fn read(version: u64, entries: &[(&str, &str)]) -> ShardRead {
-        let mut items = vec![bulk(&version.to_string()), bulk("1000000")];
+        page(version, 0, entries).0
+    }
+
+    fn page(version: u64, cursor: u64, entries: &[(&str, &str)]) -> (ShardRead, u64) {
+        let mut items = vec![
+            bulk(&version.to_string()),
+            bulk("1000000"),
+            bulk(&cursor.to_string()),
+        ];
         for (name, entry) in entries {
             items.push(bulk(name));
             items.push(bulk(entry));
@@ -486,5 +507,29 @@ mod tests {
         assert_eq!(r.entries.len(), 1);
         assert!(ShardRead::parse(&Value::Okay, Instant::now()).is_none());
         assert!(ShardRead::parse(&Value::Array(vec![bulk("1")]), Instant::now()).is_none());
+        let no_cursor = Value::Array(vec![bulk("1"), bulk("1000000"), bulk("x")]);
+        assert!(ShardRead::parse(&no_cursor, Instant::now()).is_none());
+    }
+
+    #[test]
+    fn a_read_in_pages_holds_its_first_pages_version_and_every_page() {
+        let (mut first, cursor) = page(5, 17, &[("a", "o 5 7 0 1000300 1060000")]);
+        assert_eq!(cursor, 17, "more to come");
+        // A change made while the pages were read comes with its own,
+        // later, version.
+        let (second, cursor) = page(6, 0, &[("b", "c 6 2 1060000")]);
+        assert_eq!(cursor, 0, "the last page");
+        first.extend(second);
+        let mut view = View::new(1);
+        let changed = view.install(0, first);
+        assert_eq!(changed.len(), 2);
+        // The read stands for version 5: the shard, now at 6, is read
+        // again.
+        assert!(view.is_behind(0, 6));
+        assert!(!view.is_behind(0, 5));
+        assert_eq!(
+            view.reply(0, "b", Instant::now()),
+            Reply::Closed { failures: 2 }
+        );
     }
 }
