@@ -187,6 +187,7 @@
 mod conn;
 mod keys;
 mod pubsub;
+mod schedule;
 mod script;
 mod task;
 mod view;

@@ -16,7 +16,7 @@
 //! again; a page of the index that is merely slow is read again at the
 //! next refresh.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -29,6 +29,7 @@ use tokio::time::{timeout, Instant};
 use super::conn::{garbage, timed_out, Backend, Conn};
 use super::keys::{self, Keys, Shard};
 use super::pubsub::{subscriber, Listen, Message, Source};
+use super::schedule::Schedule;
 use super::script::{invocation, read_invocation, Publish, Scripts};
 use super::view::{version_of, Known, ShardRead, View};
 use super::{Inner, StoreEvent};
@@ -82,8 +83,8 @@ pub(crate) struct Task {
     version_keys: Vec<String>,
     events: broadcast::Sender<StoreEvent>,
     entries: HashMap<Arc<str>, Entry>,
-    /// Keys whose next try at the probe lock is scheduled.
-    scheduled: HashSet<Arc<str>>,
+    /// Keys whose next try at the probe lock is scheduled, and when.
+    scheduled: Schedule,
     view: View,
     /// The shards whose reads are under way; empty between refreshes.
     scans: Vec<Scan>,
@@ -134,7 +135,7 @@ impl Task {
             shard_keys,
             events: inner.events.clone(),
             entries: HashMap::new(),
-            scheduled: HashSet::new(),
+            scheduled: Schedule::default(),
             view: View::new(shards),
             scans: Vec::new(),
             scan_whole: true,
@@ -173,9 +174,8 @@ impl Task {
         loop {
             let wake = self
                 .scheduled
-                .iter()
-                .filter_map(|name| self.entries.get(name)?.local.next_probe)
-                .fold(next_refresh, Instant::min);
+                .next()
+                .map_or(next_refresh, |at| at.min(next_refresh));
             tokio::select! {
                 attached = self.attached.recv() => match attached {
                     // Every store handle is gone.
@@ -522,7 +522,7 @@ impl Task {
     async fn probe_due(&mut self) {
         if self.is_down() {
             // The holds run out by themselves; local breakers probe.
-            for name in std::mem::take(&mut self.scheduled) {
+            for name in self.scheduled.take_all() {
                 if let Some(entry) = self.entries.get_mut(&name) {
                     entry.local.next_probe = None;
                 }
@@ -531,20 +531,9 @@ impl Task {
         }
         let now = Instant::now();
         let lease_ms = millis(self.timing.lease);
-        let due: Vec<Arc<str>> = self
-            .scheduled
-            .iter()
-            .filter(|name| {
-                self.entries
-                    .get(*name)
-                    .and_then(|e| e.local.next_probe)
-                    .is_none_or(|at| at <= now)
-            })
-            .cloned()
-            .collect();
+        let due = self.scheduled.take_due(now);
         let mut batch = Vec::with_capacity(due.len());
         for name in due {
-            self.scheduled.remove(&name);
             let Some(entry) = self.entries.get_mut(&name) else {
                 continue;
             };
@@ -724,13 +713,7 @@ impl Task {
         let Some((name, entry)) = self.entries.get_key_value(escaped) else {
             return;
         };
-        if entry.local.next_probe.is_some() {
-            if !self.scheduled.contains(escaped) {
-                self.scheduled.insert(Arc::clone(name));
-            }
-        } else {
-            self.scheduled.remove(escaped);
-        }
+        self.scheduled.set(name, entry.local.next_probe);
     }
 }
 
