@@ -69,6 +69,25 @@ pub struct Figures {
     pub first_sync: Option<Duration>,
     /// Episodes of Redis unavailable during the window, over instances.
     pub unavailable: u64,
+    /// Rounds of index pages slower than the command timeout during the
+    /// window, over instances.
+    pub slow_reads: u64,
+    /// CPU seconds per second this process (the M instances) used during
+    /// the window, from `/proc/self/stat`; `None` where there is none.
+    pub own_cpu_per_s: Option<f64>,
+}
+
+/// CPU seconds this process has used (user and system), from
+/// `/proc/self/stat` (Linux; ticks of 1/100 s, the kernel's usual
+/// `USER_HZ`); `None` elsewhere.
+fn own_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
 }
 
 /// Redis's counters at one moment.
@@ -345,10 +364,14 @@ pub fn run(row: Row, window: Duration, sync_limit: Duration) -> Figures {
     });
     let before_stats: Vec<_> = instances.iter().map(|i| i.store.stats()).collect();
     let before = runtime.block_on(counters(&mut conn));
+    let cpu_before = own_cpu_s();
     let started = Instant::now();
     std::thread::sleep(window);
     let after = runtime.block_on(counters(&mut conn));
     let elapsed = started.elapsed().as_secs_f64();
+    let own_cpu_per_s = cpu_before
+        .zip(own_cpu_s())
+        .map(|(before, after)| (after - before) / elapsed);
     let after_stats: Vec<_> = instances.iter().map(|i| i.store.stats()).collect();
     let rounds_ok = before_stats
         .iter()
@@ -359,6 +382,11 @@ pub fn run(row: Row, window: Duration, sync_limit: Duration) -> Figures {
         .iter()
         .zip(&after_stats)
         .map(|(b, a)| a.unavailable_episodes - b.unavailable_episodes)
+        .sum();
+    let slow_reads = before_stats
+        .iter()
+        .zip(&after_stats)
+        .map(|(b, a)| a.slow_reads - b.slow_reads)
         .sum();
     drop(instances);
     drop(server);
@@ -401,6 +429,8 @@ pub fn run(row: Row, window: Duration, sync_limit: Duration) -> Figures {
         rounds_due: (row.instances as f64 * elapsed / REFRESH.as_secs_f64()).round() as u64,
         first_sync,
         unavailable,
+        slow_reads,
+        own_cpu_per_s,
     }
 }
 
@@ -418,7 +448,7 @@ pub fn report(rows: &[Figures], sync_limit: Duration) {
          command it runs)"
     );
     println!(
-        "{:>8} {:>4} {:>6} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12} {:>11} {:>12}",
+        "{:>8} {:>4} {:>6} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12} {:>11} {:>12} {:>10} {:>13}",
         "K",
         "M",
         "open",
@@ -429,7 +459,9 @@ pub fn report(rows: &[Figures], sync_limit: Duration) {
         "bytes/s",
         "rounds ok",
         "first sync",
-        "unavailable"
+        "unavailable",
+        "slow reads",
+        "own CPU s/s"
     );
     for f in rows {
         let sync = match f.first_sync {
@@ -437,7 +469,7 @@ pub fn report(rows: &[Figures], sync_limit: Duration) {
             None => format!("> {} s", sync_limit.as_secs()),
         };
         println!(
-            "{:>8} {:>4} {:>5}% {:>12.0} {:>10.0} {:>10.0} {:>10.4} {:>12.0} {:>5} / {:<5} {:>11} {:>12}",
+            "{:>8} {:>4} {:>5}% {:>12.0} {:>10.0} {:>10.0} {:>10.4} {:>12.0} {:>5} / {:<5} {:>11} {:>12} {:>10} {:>13}",
             f.row.keys,
             f.row.instances,
             f.row.open_percent,
@@ -449,7 +481,10 @@ pub fn report(rows: &[Figures], sync_limit: Duration) {
             f.rounds_ok,
             f.rounds_due,
             sync,
-            f.unavailable
+            f.unavailable,
+            f.slow_reads,
+            f.own_cpu_per_s
+                .map_or_else(|| "-".to_owned(), |c| format!("{c:.2}"))
         );
     }
 }
