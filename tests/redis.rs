@@ -1357,3 +1357,58 @@ async fn an_index_shard_of_a_hundred_thousand_entries_is_read_in_pages_and_syncs
     assert!(stats.available, "{stats:?}");
     assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_race_for_the_probe_lock_that_redis_answers_late_is_slow_not_down() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let quick = |server: &RedisServer| {
+        RedisStore::builder(server.url())
+            .prefix("late-lock")
+            .refresh_interval(Duration::from_millis(200))
+            .probe_lease(Duration::from_millis(800))
+            .hold(Duration::from_millis(700))
+            .command_timeout(Duration::from_millis(100))
+    };
+    let config = config("llm", 1, Duration::from_secs(1));
+    let mut fleet: Vec<Instance> = (0..2)
+        .map(|_| Instance::new(quick(&server), config.clone(), &upstream))
+        .collect();
+    synced(&fleet).await;
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    all_in(&fleet, State::Open, "the fleet open").await;
+    // Redis holds every script (the probe-lock attempts among them) past
+    // the end of the open period, while it answers reads (the versions)
+    // at once: busy, not down.
+    let mut conn = connect(&server.url()).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(2500)
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    eventually("a round of lock attempts not answered in time", || {
+        fleet.iter().any(|i| i.store.stats().slow_lock_rounds > 0)
+    })
+    .await;
+    for instance in &fleet {
+        let stats = instance.store.stats();
+        assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
+    }
+    // Once Redis runs scripts again, the fleet goes on sharing: a probe
+    // is let through, fails, and the reopening reaches both.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while upstream.calls() < 2 {
+        assert!(Instant::now() < deadline, "never probed");
+        for instance in &mut fleet {
+            instance.request().await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    all_in(&fleet, State::Open, "reopened").await;
+    for instance in &fleet {
+        let stats = instance.store.stats();
+        assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
+    }
+}

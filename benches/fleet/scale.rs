@@ -72,6 +72,9 @@ pub struct Figures {
     /// Rounds of index pages slower than the command timeout during the
     /// window, over instances.
     pub slow_reads: u64,
+    /// Rounds of probe-lock attempts answered after the command timeout
+    /// during the window, over instances.
+    pub slow_lock_rounds: u64,
     /// CPU seconds per second this process (the M instances) used during
     /// the window, from `/proc/self/stat`; `None` where there is none.
     pub own_cpu_per_s: Option<f64>,
@@ -388,6 +391,11 @@ pub fn run(row: Row, window: Duration, sync_limit: Duration) -> Figures {
         .zip(&after_stats)
         .map(|(b, a)| a.slow_reads - b.slow_reads)
         .sum();
+    let slow_lock_rounds = before_stats
+        .iter()
+        .zip(&after_stats)
+        .map(|(b, a)| a.slow_lock_rounds - b.slow_lock_rounds)
+        .sum();
     drop(instances);
     drop(server);
     // The three INFO calls of the first snapshot are inside the window.
@@ -430,6 +438,7 @@ pub fn run(row: Row, window: Duration, sync_limit: Duration) -> Figures {
         first_sync,
         unavailable,
         slow_reads,
+        slow_lock_rounds,
         own_cpu_per_s,
     }
 }
@@ -448,7 +457,7 @@ pub fn report(rows: &[Figures], sync_limit: Duration) {
          command it runs)"
     );
     println!(
-        "{:>8} {:>4} {:>6} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12} {:>11} {:>12} {:>10} {:>13}",
+        "{:>8} {:>4} {:>6} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12} {:>11} {:>12} {:>10} {:>10} {:>13}",
         "K",
         "M",
         "open",
@@ -461,6 +470,7 @@ pub fn report(rows: &[Figures], sync_limit: Duration) {
         "first sync",
         "unavailable",
         "slow reads",
+        "slow locks",
         "own CPU s/s"
     );
     for f in rows {
@@ -469,7 +479,7 @@ pub fn report(rows: &[Figures], sync_limit: Duration) {
             None => format!("> {} s", sync_limit.as_secs()),
         };
         println!(
-            "{:>8} {:>4} {:>5}% {:>12.0} {:>10.0} {:>10.0} {:>10.4} {:>12.0} {:>5} / {:<5} {:>11} {:>12} {:>10} {:>13}",
+            "{:>8} {:>4} {:>5}% {:>12.0} {:>10.0} {:>10.0} {:>10.4} {:>12.0} {:>5} / {:<5} {:>11} {:>12} {:>10} {:>10} {:>13}",
             f.row.keys,
             f.row.instances,
             f.row.open_percent,
@@ -483,6 +493,7 @@ pub fn report(rows: &[Figures], sync_limit: Duration) {
             sync,
             f.unavailable,
             f.slow_reads,
+            f.slow_lock_rounds,
             f.own_cpu_per_s
                 .map_or_else(|| "-".to_owned(), |c| format!("{c:.2}"))
         );

@@ -59,8 +59,14 @@
 //!   due while Redis is down are dropped and counted, never replayed later
 //!   for an outage that may be over. Every exchange with Redis is bounded
 //!   whatever the number of keys; Redis counts as unavailable when the
-//!   versions or a batch of writes are not answered within the
-//!   [`command_timeout`](RedisStoreBuilder::command_timeout). The index is
+//!   versions (read on a connection of their own, so that they never wait
+//!   behind the instance's own scripts) or a batch of writes are not
+//!   answered within the
+//!   [`command_timeout`](RedisStoreBuilder::command_timeout). A round of
+//!   probe-lock attempts answered late (a fleet racing for the locks of
+//!   many keys at once keeps Redis busy, not down) is counted
+//!   ([`StoreStats::slow_lock_rounds`]), and those keys' local breakers
+//!   keep their hold. The index is
 //!   read in pages of about a thousand entries, each its own exchange
 //!   under the timeout, so that a shard holding many open keys never
 //!   makes one exchange that outgrows it; a page that is merely slow is
@@ -265,6 +271,7 @@ pub(crate) struct Stats {
     pub(crate) key_errors: AtomicU64,
     pub(crate) index_reads: AtomicU64,
     pub(crate) slow_reads: AtomicU64,
+    pub(crate) slow_lock_rounds: AtomicU64,
 }
 
 /// Builds a [`RedisStore`]; [`build`](Self::build) checks every value.
@@ -326,6 +333,12 @@ pub struct StoreStats {
     /// those shards are read again at the next refresh (Redis, which
     /// answered the versions in time, does not count as unavailable).
     pub slow_reads: u64,
+    /// Batches of probe-lock attempts not answered within the command
+    /// timeout (the fleet's instances racing for the locks of many keys
+    /// at once make a busy Redis, not a down one): those keys' local
+    /// breakers keep their hold and probe on their own if it runs out, and
+    /// Redis does not count as unavailable.
+    pub slow_lock_rounds: u64,
     /// Pub/sub messages taken in.
     pub messages: u64,
     /// Times this instance won a probe lock.
@@ -457,6 +470,7 @@ impl RedisStore {
             key_errors: s.key_errors.load(Ordering::Relaxed),
             index_reads: s.index_reads.load(Ordering::Relaxed),
             slow_reads: s.slow_reads.load(Ordering::Relaxed),
+            slow_lock_rounds: s.slow_lock_rounds.load(Ordering::Relaxed),
         }
     }
 

@@ -68,6 +68,11 @@ struct Entry {
 pub(crate) struct Task {
     backend: Backend,
     conn: Option<Conn>,
+    /// The connection the versions are read on, a connection of their own:
+    /// on the other, the versions would wait behind this instance's own
+    /// scripts (a burst of probe-lock attempts, a script Redis holds back),
+    /// and a busy Redis would read as a down one.
+    check_conn: Option<Conn>,
     scripts: Scripts,
     inner: Weak<Inner>,
     queue: Arc<Queue>,
@@ -103,6 +108,15 @@ pub(crate) struct Task {
     available: Option<bool>,
 }
 
+/// What a batch sent to Redis carries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Exchange {
+    /// Queued writes: counts, openings, probe results.
+    Writes,
+    /// Tries at the probe locks of keys whose open periods ended.
+    ProbeLocks,
+}
+
 /// Writes carried out in one batch, at most.
 const BATCH: usize = 256;
 
@@ -122,6 +136,7 @@ impl Task {
         let channel = (!backend.is_cluster()).then(|| keys::channel(&inner.prefix));
         Task {
             conn: None,
+            check_conn: None,
             scripts: Scripts::new(),
             inner: Arc::downgrade(inner),
             queue: Arc::clone(&inner.queue),
@@ -251,6 +266,16 @@ impl Task {
         Ok(conn)
     }
 
+    /// The connection the versions are read on, made if need be.
+    async fn check_conn(&mut self) -> RedisResult<Conn> {
+        if let Some(conn) = &self.check_conn {
+            return Ok(conn.clone());
+        }
+        let conn = self.backend.connect(self.timing.command_timeout).await?;
+        self.check_conn = Some(conn.clone());
+        Ok(conn)
+    }
+
     fn stats(&self) -> Option<Arc<Inner>> {
         self.inner.upgrade()
     }
@@ -267,6 +292,7 @@ impl Task {
         // never told so, and would time out for as long as the kernel keeps
         // its socket.
         self.conn = None;
+        self.check_conn = None;
         self.scans.clear();
         if let Some(inner) = self.stats() {
             inner.stats.available.store(false, Ordering::Relaxed);
@@ -332,7 +358,7 @@ impl Task {
             return;
         }
         let n = batch.len() as u64;
-        let sent = self.send(batch).await;
+        let sent = self.send(batch, Exchange::Writes).await;
         self.count(|s| if sent { &s.writes } else { &s.failed_writes }, n);
         if sent {
             // More may be waiting: come back at once.
@@ -348,7 +374,7 @@ impl Task {
     /// messages and probe locks between pages. The breakers learn what
     /// changed as each shard's read completes.
     async fn refresh(&mut self) {
-        let mut conn = match self.conn().await {
+        let conn = match self.conn().await {
             Ok(conn) => conn,
             Err(e) => return self.mark_down(&e),
         };
@@ -359,8 +385,12 @@ impl Task {
                 self.dropped_seen = dropped;
                 self.resync = true;
             }
+            let mut check = match self.check_conn().await {
+                Ok(conn) => conn,
+                Err(e) => return self.mark_down(&e),
+            };
             let versions =
-                match timeout(self.timing.command_timeout, conn.mget(&self.version_keys)).await {
+                match timeout(self.timing.command_timeout, check.mget(&self.version_keys)).await {
                     Ok(Ok(versions)) => versions,
                     Ok(Err(e)) => return self.mark_down(&e),
                     Err(_) => return self.mark_down(&timed_out()),
@@ -556,7 +586,17 @@ impl Task {
         // once (a fleet with a thousand keys open) is no one exchange.
         while !batch.is_empty() {
             let rest = batch.split_off(batch.len().min(BATCH));
-            if !self.send(batch).await {
+            if !self.send(batch, Exchange::ProbeLocks).await {
+                if !self.is_down() {
+                    // Slow: the keys not yet sent try again shortly.
+                    let again = Instant::now() + self.timing.command_timeout;
+                    for write in rest {
+                        if let Some(entry) = self.entries.get_mut(&write.key) {
+                            entry.local.next_probe = Some(again);
+                            self.reschedule(&write.key);
+                        }
+                    }
+                }
                 return;
             }
             batch = rest;
@@ -564,8 +604,21 @@ impl Task {
     }
 
     /// Carries out `batch`, every call in flight at once, and applies the
-    /// answers; false (and Redis marked down) if any failed.
-    async fn send(&mut self, batch: Vec<Write>) -> bool {
+    /// answers; false if any failed (and Redis is marked down), or, for
+    /// probe-lock attempts, if any was not answered in time.
+    ///
+    /// A fleet's instances race for the probe locks of the keys whose open
+    /// periods end together, every instance at once: M instances times the
+    /// keys due, a burst that can keep a busy Redis from answering a batch
+    /// within the timeout while it is anything but down. A lock attempt not
+    /// answered in time is therefore counted as slow
+    /// ([`StoreStats::slow_lock_rounds`](super::StoreStats::slow_lock_rounds))
+    /// and not retried: the key's local breaker keeps its hold, learns of
+    /// the winner's probe by pub/sub, and probes on its own if the hold runs
+    /// out first (should the attempt have won the lock after all, the lease
+    /// frees it). Whether Redis is down, the next version check says.
+    async fn send(&mut self, batch: Vec<Write>, exchange: Exchange) -> bool {
+        let locks = exchange == Exchange::ProbeLocks;
         let conn = match self.conn().await {
             Ok(conn) => conn,
             Err(e) => {
@@ -590,16 +643,31 @@ impl Task {
         });
         let replies = match timeout(self.timing.command_timeout, join_all(futures)).await {
             Ok(replies) => replies,
+            Err(_) if locks => {
+                self.count(|s| &s.slow_lock_rounds, 1);
+                return false;
+            }
             Err(_) => {
                 self.mark_down(&timed_out());
                 return false;
             }
         };
-        let replies = replies
-            .into_iter()
-            .map(|r| r.and_then(|v| Reply::parse(&v).ok_or_else(|| garbage(&format!("{v:?}")))));
-        let names = batch.iter().map(|w| Arc::clone(&w.key));
-        let parsed = match self.sort_replies(names.zip(replies)) {
+        let mut answered = Vec::with_capacity(replies.len());
+        let mut slow = false;
+        for (write, reply) in batch.iter().zip(replies) {
+            match reply {
+                // The connection's own response timeout, as above.
+                Err(e) if locks && e.is_timeout() => slow = true,
+                reply => answered.push((
+                    Arc::clone(&write.key),
+                    reply.and_then(|v| Reply::parse(&v).ok_or_else(|| garbage(&format!("{v:?}")))),
+                )),
+            }
+        }
+        if slow {
+            self.count(|s| &s.slow_lock_rounds, 1);
+        }
+        let parsed = match self.sort_replies(answered.into_iter()) {
             Ok(parsed) => parsed,
             Err(e) => {
                 self.mark_down(&e);
@@ -618,7 +686,7 @@ impl Task {
         for (name, reply) in settle(answers) {
             self.apply(&name, reply);
         }
-        true
+        !slow
     }
 
     /// The answers to apply. An error that concerns one key (an error
