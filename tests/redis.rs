@@ -1412,3 +1412,54 @@ async fn a_race_for_the_probe_lock_that_redis_answers_late_is_slow_not_down() {
         assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_redis_answers_late_is_slow_not_down() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let quick = |server: &RedisServer| {
+        RedisStore::builder(server.url())
+            .prefix("late-write")
+            .refresh_interval(Duration::from_millis(200))
+            .hold(Duration::from_millis(700))
+            .command_timeout(Duration::from_millis(100))
+    };
+    let config = config("llm", 3, Duration::from_secs(30));
+    let mut fleet: Vec<Instance> = (0..2)
+        .map(|_| Instance::new(quick(&server), config.clone(), &upstream))
+        .collect();
+    synced(&fleet).await;
+    // Redis holds every script back for a while (the failure's count
+    // among them) and answers reads at once: busy, not down.
+    let mut conn = connect(&server.url()).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1000)
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    eventually("a batch of writes not answered in time", || {
+        fleet[0].store.stats().slow_write_rounds > 0
+    })
+    .await;
+    let stats = fleet[0].store.stats();
+    assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
+    assert_eq!(fleet[0].state(), State::Closed);
+    // Once Redis runs scripts again, the fleet goes on sharing: the other
+    // instance's failures open both.
+    let refreshes = fleet[1].store.stats().refreshes;
+    eventually("whole refreshes again", || {
+        fleet[1].store.stats().refreshes > refreshes + 6
+    })
+    .await;
+    for _ in 0..3 {
+        assert_ne!(fleet[1].request().await, Answer::Answered);
+    }
+    all_in(&fleet, State::Open, "the fleet open").await;
+    for instance in &fleet {
+        let stats = instance.store.stats();
+        assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
+    }
+}

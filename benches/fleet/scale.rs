@@ -75,6 +75,9 @@ pub struct Figures {
     /// Rounds of probe-lock attempts answered after the command timeout
     /// during the window, over instances.
     pub slow_lock_rounds: u64,
+    /// Batches of writes answered after the command timeout (Redis busy,
+    /// not down) during the window, over instances.
+    pub slow_write_rounds: u64,
     /// CPU seconds per second this process (the M instances) used during
     /// the window, from `/proc/self/stat`; `None` where there is none.
     pub own_cpu_per_s: Option<f64>,
@@ -396,6 +399,11 @@ pub fn run(row: Row, window: Duration, sync_limit: Duration) -> Figures {
         .zip(&after_stats)
         .map(|(b, a)| a.slow_lock_rounds - b.slow_lock_rounds)
         .sum();
+    let slow_write_rounds = before_stats
+        .iter()
+        .zip(&after_stats)
+        .map(|(b, a)| a.slow_write_rounds - b.slow_write_rounds)
+        .sum();
     drop(instances);
     drop(server);
     // The three INFO calls of the first snapshot are inside the window.
@@ -439,6 +447,7 @@ pub fn run(row: Row, window: Duration, sync_limit: Duration) -> Figures {
         unavailable,
         slow_reads,
         slow_lock_rounds,
+        slow_write_rounds,
         own_cpu_per_s,
     }
 }
@@ -457,7 +466,7 @@ pub fn report(rows: &[Figures], sync_limit: Duration) {
          command it runs)"
     );
     println!(
-        "{:>8} {:>4} {:>6} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12} {:>11} {:>12} {:>10} {:>10} {:>13}",
+        "{:>8} {:>4} {:>6} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12} {:>11} {:>12} {:>10} {:>10} {:>11} {:>13}",
         "K",
         "M",
         "open",
@@ -471,6 +480,7 @@ pub fn report(rows: &[Figures], sync_limit: Duration) {
         "unavailable",
         "slow reads",
         "slow locks",
+        "slow writes",
         "own CPU s/s"
     );
     for f in rows {
@@ -479,7 +489,7 @@ pub fn report(rows: &[Figures], sync_limit: Duration) {
             None => format!("> {} s", sync_limit.as_secs()),
         };
         println!(
-            "{:>8} {:>4} {:>5}% {:>12.0} {:>10.0} {:>10.0} {:>10.4} {:>12.0} {:>5} / {:<5} {:>11} {:>12} {:>10} {:>10} {:>13}",
+            "{:>8} {:>4} {:>5}% {:>12.0} {:>10.0} {:>10.0} {:>10.4} {:>12.0} {:>5} / {:<5} {:>11} {:>12} {:>10} {:>10} {:>11} {:>13}",
             f.row.keys,
             f.row.instances,
             f.row.open_percent,
@@ -494,6 +504,7 @@ pub fn report(rows: &[Figures], sync_limit: Duration) {
             f.unavailable,
             f.slow_reads,
             f.slow_lock_rounds,
+            f.slow_write_rounds,
             f.own_cpu_per_s
                 .map_or_else(|| "-".to_owned(), |c| format!("{c:.2}"))
         );

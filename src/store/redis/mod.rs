@@ -58,14 +58,17 @@
 //!   ([`StoreEvent::Restored`]). Outcomes seen meanwhile stay local: writes
 //!   due while Redis is down are dropped and counted, never replayed later
 //!   for an outage that may be over. Every exchange with Redis is bounded
-//!   whatever the number of keys; Redis counts as unavailable when the
+//!   whatever the number of keys. Redis counts as unavailable when the
 //!   versions (read on a connection of their own, so that they never wait
-//!   behind the instance's own scripts) or a batch of writes are not
-//!   answered within the
-//!   [`command_timeout`](RedisStoreBuilder::command_timeout). A round of
-//!   probe-lock attempts answered late (a fleet racing for the locks of
-//!   many keys at once keeps Redis busy, not down) is counted
-//!   ([`StoreStats::slow_lock_rounds`]), and those keys' local breakers
+//!   behind the instance's own scripts) are not answered within the
+//!   [`command_timeout`](RedisStoreBuilder::command_timeout), or a batch
+//!   of writes is not and the versions asked right after are not either
+//!   (or three batches in a row are not). Otherwise Redis is busy, not
+//!   down (a fleet racing for the probe locks of many keys at once keeps
+//!   it so): a batch of writes answered late is counted
+//!   ([`StoreStats::slow_write_rounds`]) and its writes are lost; a round
+//!   of probe-lock attempts answered late is counted
+//!   ([`StoreStats::slow_lock_rounds`]) and those keys' local breakers
 //!   keep their hold. The index is
 //!   read in pages of about a thousand entries, each its own exchange
 //!   under the timeout, so that a shard holding many open keys never
@@ -272,6 +275,7 @@ pub(crate) struct Stats {
     pub(crate) index_reads: AtomicU64,
     pub(crate) slow_reads: AtomicU64,
     pub(crate) slow_lock_rounds: AtomicU64,
+    pub(crate) slow_write_rounds: AtomicU64,
 }
 
 /// Builds a [`RedisStore`]; [`build`](Self::build) checks every value.
@@ -339,6 +343,11 @@ pub struct StoreStats {
     /// breakers keep their hold and probe on their own if it runs out, and
     /// Redis does not count as unavailable.
     pub slow_lock_rounds: u64,
+    /// Batches of writes not answered within the command timeout while
+    /// Redis still answered the versions in time (busy, not down): their
+    /// writes count in `failed_writes`, and Redis does not count as
+    /// unavailable unless three such batches come in a row.
+    pub slow_write_rounds: u64,
     /// Pub/sub messages taken in.
     pub messages: u64,
     /// Times this instance won a probe lock.
@@ -471,6 +480,7 @@ impl RedisStore {
             index_reads: s.index_reads.load(Ordering::Relaxed),
             slow_reads: s.slow_reads.load(Ordering::Relaxed),
             slow_lock_rounds: s.slow_lock_rounds.load(Ordering::Relaxed),
+            slow_write_rounds: s.slow_write_rounds.load(Ordering::Relaxed),
         }
     }
 

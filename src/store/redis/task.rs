@@ -73,6 +73,8 @@ pub(crate) struct Task {
     /// scripts (a burst of probe-lock attempts, a script Redis holds back),
     /// and a busy Redis would read as a down one.
     check_conn: Option<Conn>,
+    /// Batches of writes not answered in time since the last that was.
+    slow_streak: u32,
     scripts: Scripts,
     inner: Weak<Inner>,
     queue: Arc<Queue>,
@@ -117,6 +119,10 @@ enum Exchange {
     ProbeLocks,
 }
 
+/// Batches of writes not answered in time, in a row, that make Redis
+/// count as down even while the versions are answered.
+const SLOW_STREAK: u32 = 3;
+
 /// Writes carried out in one batch, at most.
 const BATCH: usize = 256;
 
@@ -137,6 +143,7 @@ impl Task {
         Task {
             conn: None,
             check_conn: None,
+            slow_streak: 0,
             scripts: Scripts::new(),
             inner: Arc::downgrade(inner),
             queue: Arc::clone(&inner.queue),
@@ -293,6 +300,7 @@ impl Task {
         // its socket.
         self.conn = None;
         self.check_conn = None;
+        self.slow_streak = 0;
         self.scans.clear();
         if let Some(inner) = self.stats() {
             inner.stats.available.store(false, Ordering::Relaxed);
@@ -360,7 +368,7 @@ impl Task {
         let n = batch.len() as u64;
         let sent = self.send(batch, Exchange::Writes).await;
         self.count(|s| if sent { &s.writes } else { &s.failed_writes }, n);
-        if sent {
+        if !self.is_down() {
             // More may be waiting: come back at once.
             self.queue.notify.notify_one();
         }
@@ -648,7 +656,7 @@ impl Task {
                 return false;
             }
             Err(_) => {
-                self.mark_down(&timed_out());
+                self.slow_or_down().await;
                 return false;
             }
         };
@@ -657,14 +665,14 @@ impl Task {
         for (write, reply) in batch.iter().zip(replies) {
             match reply {
                 // The connection's own response timeout, as above.
-                Err(e) if locks && e.is_timeout() => slow = true,
+                Err(e) if e.is_timeout() => slow = true,
                 reply => answered.push((
                     Arc::clone(&write.key),
                     reply.and_then(|v| Reply::parse(&v).ok_or_else(|| garbage(&format!("{v:?}")))),
                 )),
             }
         }
-        if slow {
+        if slow && locks {
             self.count(|s| &s.slow_lock_rounds, 1);
         }
         let parsed = match self.sort_replies(answered.into_iter()) {
@@ -686,7 +694,39 @@ impl Task {
         for (name, reply) in settle(answers) {
             self.apply(&name, reply);
         }
+        if !slow {
+            self.slow_streak = 0;
+        } else if !locks {
+            self.slow_or_down().await;
+        }
         !slow
+    }
+
+    /// A batch of writes not answered in time. Redis is down if the
+    /// versions, asked on their own connection, are not answered in time
+    /// either, or if this is the [`SLOW_STREAK`]th such batch in a row (a
+    /// connection gone silent while another still answers); otherwise it
+    /// is busy (the fleet's own bursts, an instance's racing for many
+    /// locks, a script running long): the batch is counted slow
+    /// ([`StoreStats::slow_write_rounds`](super::StoreStats::slow_write_rounds)),
+    /// its writes as failed, and the queue goes on. Declaring a busy Redis
+    /// down would drop every queued write and make the instance share
+    /// again every opening it holds: more load on a Redis already behind.
+    async fn slow_or_down(&mut self) {
+        self.slow_streak += 1;
+        let answered = self.slow_streak < SLOW_STREAK
+            && match self.check_conn().await {
+                Ok(mut check) => matches!(
+                    timeout(self.timing.command_timeout, check.mget(&self.version_keys)).await,
+                    Ok(Ok(_))
+                ),
+                Err(_) => false,
+            };
+        if answered {
+            self.count(|s| &s.slow_write_rounds, 1);
+        } else {
+            self.mark_down(&timed_out());
+        }
     }
 
     /// The answers to apply. An error that concerns one key (an error
