@@ -129,7 +129,9 @@
 //!   about 0.2 ms of Redis CPU and 0.7 KB of traffic per second at the
 //!   default 1 s interval: the same at 100 and at 100,000 keys. On a
 //!   Cluster the versions take one command per shard, and the check one
-//!   per node.
+//!   per node. An instance holds three connections: its scripts', its
+//!   versions' (so that they never wait behind its own scripts) and its
+//!   subscription's (on a Cluster, each to the nodes it needs).
 //! * **Each change**: an opening or a closing, and in an outage each open
 //!   period's end (the fleet races for the probe lock, probes, and
 //!   reopens). A change costs about one script plus one per instance (each
