@@ -40,6 +40,9 @@ mod local_redis;
 #[path = "common/driver.rs"]
 mod driver;
 
+#[path = "fleet/scale.rs"]
+mod scale;
+
 use driver::{call_once, drive, noop_waker};
 use std::fmt;
 use std::future::{ready, Ready};
@@ -416,6 +419,60 @@ struct Effort {
     rounds: u32,
     calls: u64,
     probe_run: Duration,
+    /// The fleet-scale rows, their steady window, and how long an
+    /// instance may take to sync before it counts as never.
+    scale_rows: Vec<scale::Row>,
+    scale_window: Duration,
+    sync_limit: Duration,
+}
+
+/// The rows of the fleet-scale study: every K with every M, all closed,
+/// then the largest K with 1% of its keys open.
+fn scale_rows(keys: &[usize], instances: &[usize], open_rows: bool) -> Vec<scale::Row> {
+    let mut rows = Vec::new();
+    for &k in keys {
+        for &m in instances {
+            rows.push(scale::Row {
+                keys: k,
+                instances: m,
+                open_percent: 0,
+            });
+        }
+    }
+    if open_rows {
+        let largest = keys.iter().copied().max().unwrap_or(100);
+        for &m in instances {
+            rows.push(scale::Row {
+                keys: largest,
+                instances: m,
+                open_percent: 1,
+            });
+        }
+    }
+    rows
+}
+
+/// `FLEET_SCALE=K:M:open,...` (for example `100000:16:1`) picks rows.
+fn rows_from_env() -> Option<Vec<scale::Row>> {
+    let spec = std::env::var("FLEET_SCALE").ok()?;
+    let rows = spec
+        .split(',')
+        .map(|row| {
+            let n: Vec<usize> = row
+                .split(':')
+                .map(|n| n.trim().parse().expect("FLEET_SCALE: numbers"))
+                .collect();
+            match n.as_slice() {
+                [keys, instances, open] => scale::Row {
+                    keys: *keys,
+                    instances: *instances,
+                    open_percent: *open,
+                },
+                _ => panic!("FLEET_SCALE rows are K:M:open-percent"),
+            }
+        })
+        .collect();
+    Some(rows)
 }
 
 fn main() {
@@ -431,6 +488,9 @@ fn main() {
             rounds: 1,
             calls: 100,
             probe_run: Duration::from_millis(700),
+            scale_rows: scale_rows(&[100], &[2], true),
+            scale_window: Duration::from_secs(1),
+            sync_limit: Duration::from_secs(15),
         }
     } else if quick {
         Effort {
@@ -438,6 +498,9 @@ fn main() {
             rounds: 3,
             calls: 200_000,
             probe_run: Duration::from_millis(1500),
+            scale_rows: scale_rows(&[100, 10_000], &[1, 4], false),
+            scale_window: Duration::from_secs(3),
+            sync_limit: Duration::from_secs(20),
         }
     } else {
         Effort {
@@ -445,9 +508,27 @@ fn main() {
             rounds: 7,
             calls: 2_000_000,
             probe_run: Duration::from_secs(3),
+            scale_rows: scale_rows(&[100, 10_000, 100_000], &[1, 4, 16], true),
+            scale_window: Duration::from_secs(10),
+            sync_limit: Duration::from_secs(60),
         }
     };
     let started = Instant::now();
+    let study = std::env::var("FLEET_STUDY").unwrap_or_else(|_| "all".to_owned());
+    if matches!(study.as_str(), "all" | "path") {
+        closed_and_probes(&effort);
+    }
+    if matches!(study.as_str(), "all" | "scale") {
+        fleet_scale(&effort);
+    }
+    println!(
+        "\nran in {:.1} s of wall time",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Studies 1 and 2, on one `redis-server`.
+fn closed_and_probes(effort: &Effort) {
     let server = LocalRedis::start().unwrap_or_else(|e| panic!("{e}"));
     // The stores' tasks and the probe study's instances run here; the
     // closed-path loop runs on the main thread, in its context (as
@@ -460,7 +541,7 @@ fn main() {
 
     let closed = {
         let _context = runtime.enter();
-        closed_path(&runtime, &server, &effort)
+        closed_path(&runtime, &server, effort)
     };
 
     let counts = [1, 2, 4, 8];
@@ -571,8 +652,34 @@ fn main() {
             shared.instances
         );
     }
-    println!(
-        "\nran in {:.1} s of wall time",
-        started.elapsed().as_secs_f64()
-    );
+}
+
+/// Study 3: the fleet at scale, each row on a `redis-server` of its own.
+fn fleet_scale(effort: &Effort) {
+    let rows = rows_from_env().unwrap_or_else(|| effort.scale_rows.clone());
+    let mut figures = Vec::new();
+    for row in rows {
+        let f = scale::run(row, effort.scale_window, effort.sync_limit);
+        println!(
+            "scale: K={} M={} open={}%: {:.0} commands/s, {:.4} CPU s/s, {:.0} bytes/s, \
+             rounds {}/{}, first sync {:?}",
+            row.keys,
+            row.instances,
+            row.open_percent,
+            f.commands_per_s,
+            f.cpu_per_s,
+            f.bytes_per_s,
+            f.rounds_ok,
+            f.rounds_due,
+            f.first_sync
+        );
+        let top: Vec<String> = f
+            .top_commands
+            .iter()
+            .map(|(name, per_s)| format!("{name} {per_s:.0}/s"))
+            .collect();
+        println!("       most served: {}", top.join(", "));
+        figures.push(f);
+    }
+    scale::report(&figures, effort.sync_limit);
 }

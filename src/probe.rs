@@ -152,9 +152,9 @@ async fn run<S, Req, F, C>(
                 running.finished = true;
                 return;
             }
-            Turn::WaitUntil(at) => {
+            Turn::Wait(wait) => {
                 drop(shared);
-                tokio::time::sleep_until(at).await;
+                wait.until_due(&weak).await;
                 continue;
             }
             Turn::Probe(permit) => permit,

@@ -688,6 +688,212 @@ async fn invalid_fleet_settings_are_errors() {
         field(MemoryFleet::builder().failures_to_open(0)),
         "failures_to_open"
     );
+    assert_eq!(field(MemoryFleet::builder().quorum(0)), "quorum");
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_instance_failing_every_call_opens_only_itself_below_the_quorum() {
+    let memory = MemoryFleet::builder().quorum(2).build().unwrap();
+    let config = config("llm", 3, Duration::from_secs(30));
+    // The first instance's own path to the provider is broken; the
+    // provider is healthy for the other two.
+    let broken = Upstream::failing();
+    let healthy = Upstream::default();
+    let bad = Instance::new(&memory, config.clone(), &broken);
+    let good = fleet_of(2, &memory, &config, &healthy);
+    let mut heard = good[0].breaker.subscribe();
+    for _ in 0..3 {
+        assert_eq!(bad.request().await, Answer::Failed);
+        settle().await;
+    }
+    // Its own breaker opened on its own evidence; the fleet declined it.
+    assert_eq!(bad.state(), State::Open);
+    assert_eq!(bad.request().await, Answer::Refused);
+    for _ in 0..20 {
+        for instance in &good {
+            assert_eq!(instance.request().await, Answer::Answered);
+        }
+        settle().await;
+    }
+    assert_eq!(states(&good), [State::Closed; 2]);
+    assert!(heard.try_recv().is_err(), "the others never opened");
+    assert_eq!(healthy.calls(), 40);
+    // It offered its opening once, and once only.
+    let writes = bad.store.stats().writes;
+    assert_eq!(writes, 4, "three failures and one opening");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(bad.store.stats().writes, writes);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_from_a_quorum_of_instances_open_all_of_them() {
+    let memory = MemoryFleet::builder().quorum(2).build().unwrap();
+    let upstream = Upstream::failing();
+    let fleet = fleet_of(
+        3,
+        &memory,
+        &config("llm", 3, Duration::from_secs(30)),
+        &upstream,
+    );
+    // Three failures on one instance: it opens alone.
+    for _ in 0..3 {
+        assert_eq!(fleet[0].request().await, Answer::Failed);
+        settle().await;
+    }
+    assert_eq!(states(&fleet), [State::Open, State::Closed, State::Closed]);
+    // A failure on a second instance, with no success anywhere between:
+    // two instances failing, the count past its threshold. All open.
+    assert_eq!(fleet[1].request().await, Answer::Failed);
+    settle().await;
+    assert_eq!(states(&fleet), [State::Open; 3]);
+    assert_eq!(fleet[2].request().await, Answer::Refused);
+    assert_eq!(upstream.calls(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn openings_from_a_quorum_of_instances_open_the_fleet() {
+    // The count alone never opens here: the instances' own breakers do.
+    let memory = MemoryFleet::builder()
+        .quorum(2)
+        .failures_to_open(1_000)
+        .build()
+        .unwrap();
+    let config = config("llm", 2, Duration::from_secs(30));
+    let upstream = Upstream::failing();
+    let healthy = Upstream::default();
+    let fleet = fleet_of(2, &memory, &config, &upstream);
+    let third = Instance::new(&memory, config, &healthy);
+    let mut heard = third.breaker.subscribe();
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    settle().await;
+    assert_eq!(states(&fleet), [State::Open, State::Closed]);
+    // A success elsewhere starts the count again: the first instance's
+    // failures are no longer in it, but its opening (a vote) still runs.
+    assert_eq!(third.request().await, Answer::Answered);
+    settle().await;
+    assert_eq!(memory.failures("llm"), 0);
+    assert_eq!(fleet[1].request().await, Answer::Failed);
+    assert_eq!(fleet[1].request().await, Answer::Failed);
+    settle().await;
+    // The second opening found the first's vote: the fleet opened, and the
+    // third instance, which never failed, follows it.
+    assert_eq!(states(&fleet), [State::Open; 2]);
+    assert_eq!(third.state(), State::Open);
+    let event = last(&mut heard).expect("the third opened");
+    assert_eq!(event.reason, Some(TripReason::Shared));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quorum_of_one_opens_the_fleet_on_one_instances_evidence() {
+    let memory = MemoryFleet::builder().build().unwrap();
+    let broken = Upstream::failing();
+    let healthy = Upstream::default();
+    let config = config("llm", 3, Duration::from_secs(30));
+    let bad = Instance::new(&memory, config.clone(), &broken);
+    let good = Instance::new(&memory, config, &healthy);
+    for _ in 0..3 {
+        assert_eq!(bad.request().await, Answer::Failed);
+    }
+    settle().await;
+    assert_eq!(good.state(), State::Open, "the default: as before quorums");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trip_shares_its_opening_once() {
+    let memory = MemoryFleet::builder().build().unwrap();
+    let upstream = Upstream::failing();
+    let one = Instance::new(
+        &memory,
+        config("llm", 3, Duration::from_secs(30)),
+        &upstream,
+    );
+    settle().await;
+    // Three failures before the instance's task runs: one batch of three
+    // counts and the opening. The answers to the first two counts
+    // ("closed") come back after the breaker opened; they must not make it
+    // offer its opening again.
+    for _ in 0..3 {
+        let result = now_or_never(one.service.clone().oneshot(()));
+        assert_eq!(answer(result.expect("at once")), Answer::Failed);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(one.state(), State::Open);
+    assert_eq!(one.store.stats().writes, 4, "three counts, one opening");
+}
+
+#[tokio::test(start_paused = true)]
+async fn several_breakers_of_one_name_on_one_instance_send_one_probe() {
+    let memory = MemoryFleet::builder().build().unwrap();
+    let upstream = Upstream::failing();
+    let open = Duration::from_millis(300);
+    let config = config("llm", 1, open);
+    let store = memory.instance();
+    // Three clients of the same provider in one instance, each with its own
+    // breaker of the name (as separate layers or registries make them).
+    let layers: Vec<CircuitBreakerLayer> = (0..3)
+        .map(|_| CircuitBreakerLayer::new(config.clone()))
+        .collect();
+    for layer in &layers {
+        assert!(store.attach(&layer.breaker()));
+    }
+    let clients: Vec<Svc> = layers
+        .iter()
+        .map(|l| tower::Layer::layer(l, upstream.service()))
+        .collect();
+    let call = |n: usize| {
+        let client = clients[n].clone();
+        async move { answer(client.oneshot(()).await) }
+    };
+    assert_eq!(call(0).await, Answer::Failed);
+    settle().await;
+    assert!(layers.iter().all(|l| l.breaker().state() == State::Open));
+    for round in 1..=3 {
+        // The period ends; this instance wins the lease; every client asks.
+        tokio::time::sleep(open).await;
+        settle().await;
+        let half_open = layers
+            .iter()
+            .filter(|l| l.breaker().state() == State::HalfOpen)
+            .count();
+        assert_eq!(half_open, 1, "round {round}: one breaker probes");
+        let before = upstream.calls();
+        for n in 0..3 {
+            call(n).await;
+        }
+        assert_eq!(upstream.calls(), before + 1, "round {round}: one probe");
+        settle().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_active_prober_probes_as_soon_as_its_instance_wins_the_lease() {
+    let hold = Duration::from_secs(2);
+    let memory = MemoryFleet::builder().hold(hold).build().unwrap();
+    let upstream = Upstream::failing();
+    let open = Duration::from_millis(300);
+    let fleet = fleet_of(2, &memory, &config("llm", 1, open), &upstream);
+    for instance in &fleet {
+        instance.breaker.probe_actively(
+            upstream.service(),
+            || (),
+            tower_circuit_breaker::classify::ErrorsAsFailures,
+        );
+    }
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    let opened = Instant::now();
+    settle().await;
+    // The fleet's period ends at 300 ms; a breaker following it keeps its
+    // own open for the hold beyond, waiting for word. The winner's word
+    // comes at once: its prober must not sleep out the hold.
+    tokio::time::sleep(open + Duration::from_millis(50)).await;
+    let probes: Vec<Instant> = upstream.arrivals()[1..].to_vec();
+    assert_eq!(probes.len(), 1, "one probe, from the lease's winner");
+    assert!(
+        probes[0] - opened < open + Duration::from_millis(20),
+        "probed {:?} after the opening",
+        probes[0] - opened
+    );
 }
 
 #[test]

@@ -15,7 +15,8 @@ use futures_util::FutureExt;
 use std::time::Duration;
 
 use redis_support::{
-    connect, eventually, free_port, next_event, GarbageServer, RedisServer, StallingProxy, Upstream,
+    breaker_key, commands_served, connect, eventually, eventually_within, free_port, next_event,
+    redis_now_ms, shard_base, GarbageServer, RedisServer, StallingProxy, Upstream,
 };
 use tokio::time::Instant;
 use tower::{BoxError, Service, ServiceExt};
@@ -385,7 +386,7 @@ async fn an_idle_prober_whose_lease_runs_out_unopposed_stays_half_open() {
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
         let holder: Option<String> = redis::cmd("GET")
-            .arg("idle:{llm}:probe_lock")
+            .arg(breaker_key("idle", "llm", "probe_lock"))
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -409,17 +410,28 @@ async fn an_idle_prober_whose_lease_runs_out_unopposed_stays_half_open() {
 #[tokio::test]
 async fn a_fleet_period_from_redis_never_outlasts_max_open() {
     let server = RedisServer::start();
-    // Someone wrote an opening of about three years into Redis.
+    // Someone wrote an opening of about three years into Redis, and into
+    // the index.
     let mut conn = connect(&server.url()).await;
+    let years = 100_000_000_000u64;
+    let until = redis_now_ms(&mut conn).await + years;
+    let shard = shard_base("forever", "llm");
     let _: () = redis::pipe()
         .cmd("HSET")
-        .arg("forever:{llm}:record")
+        .arg(breaker_key("forever", "llm", "record"))
         .arg(&["gen", "1", "attempt", "0", "ok", "0"][..])
         .cmd("SET")
-        .arg("forever:{llm}:wait")
+        .arg(breaker_key("forever", "llm", "wait"))
         .arg(1)
         .arg("PX")
-        .arg(100_000_000_000u64)
+        .arg(years)
+        .cmd("HSET")
+        .arg(format!("{shard}:index"))
+        .arg("llm")
+        .arg(format!("o 7 1 0 {until} {until}"))
+        .cmd("SET")
+        .arg(format!("{shard}:version"))
+        .arg(7)
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -454,7 +466,7 @@ async fn a_key_holding_foreign_data_is_skipped_and_the_others_still_share() {
     // Another application's string where a breaker's record would be.
     let mut conn = connect(&server.url()).await;
     let _: () = redis::cmd("SET")
-        .arg("poison:{bad}:record")
+        .arg(breaker_key("poison", "bad", "record"))
         .arg("not a hash")
         .query_async(&mut conn)
         .await
@@ -475,12 +487,16 @@ async fn a_key_holding_foreign_data_is_skipped_and_the_others_still_share() {
             &upstream,
         ));
     }
+    synced(&first).await;
+    synced(&second).await;
+    // The failure's script meets the foreign data.
+    assert_eq!(first[0].request().await, Answer::Failed);
     eventually("a key error counted", || {
-        second[0].store.stats().key_errors > 0
+        first[0].store.stats().key_errors > 0
     })
     .await;
     assert!(
-        second[0].store.is_available(),
+        first[0].store.is_available(),
         "one key does not take Redis down"
     );
     assert_eq!(first[1].request().await, Answer::Failed);
@@ -507,7 +523,7 @@ async fn a_probe_lock_without_expiry_is_given_one_and_the_fleet_probes_again() {
     // Someone takes the lock for good, without an expiry.
     let mut conn = connect(&server.url()).await;
     let _: () = redis::cmd("SET")
-        .arg("nolease:{llm}:probe_lock")
+        .arg(breaker_key("nolease", "llm", "probe_lock"))
         .arg("intruder")
         .query_async(&mut conn)
         .await
@@ -652,21 +668,8 @@ async fn a_connection_gone_silent_is_replaced_once_redis_answers_again() {
     assert!(instance.store.is_available());
 }
 
-/// How many `HMGET`s (one per key read back) Redis has served.
-async fn key_reads(server: &RedisServer) -> u64 {
-    let mut conn = connect(&server.url()).await;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_hmget:calls="))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-}
-
 #[tokio::test]
-async fn a_burst_of_attachments_is_read_back_once_not_once_per_attachment() {
+async fn a_burst_of_attachments_learns_the_fleet_from_the_index_with_no_read_per_key() {
     let server = RedisServer::start();
     let upstream = Upstream::failing();
     let slow_refresh =
@@ -680,7 +683,7 @@ async fn a_burst_of_attachments_is_read_back_once_not_once_per_attachment() {
     synced(std::slice::from_ref(&tripper)).await;
     assert_eq!(tripper.request().await, Answer::Failed);
     eventually("the opening written", || tripper.store.stats().writes > 0).await;
-    let before = key_reads(&server).await;
+    let before = commands_served(&server.url()).await;
 
     // 300 breakers attached at once, as a registry warming up attaches them.
     let store = slow_refresh(&server).build().unwrap();
@@ -690,16 +693,26 @@ async fn a_burst_of_attachments_is_read_back_once_not_once_per_attachment() {
     for breaker in &breakers {
         assert!(store.attach(breaker));
     }
-    // Read at once, not at the next refresh an hour away.
-    eventually("the fleet's opening read on attachment", || {
+    // Learnt at once, not at the next refresh an hour away.
+    eventually("the fleet's opening learnt on attachment", || {
         breakers[299].state() == State::Open
     })
     .await;
     assert!(breakers[..299].iter().all(|b| b.state() == State::Closed));
-    // Once per key: a refresh of every attached key per attachment would
-    // read 45,150 keys.
-    let reads = key_reads(&server).await - before;
-    assert!((300..=600).contains(&reads), "{reads} keys read");
+    // What the new instance cost Redis: the shards' versions, the one
+    // shard with something in it, its subscription, script loads; not a
+    // read per key (300 would be 900 commands).
+    let served = commands_served(&server.url()).await - before;
+    assert!(served <= 16, "{served} commands");
+    // Keys attached to a synced instance learn their state from its view.
+    let late = Breaker::new(config("k299", 1, Duration::from_secs(30)));
+    assert!(store.attach(&late));
+    eventually("a late key learnt the opening", || {
+        late.state() == State::Open
+    })
+    .await;
+    let served = commands_served(&server.url()).await - before;
+    assert!(served <= 17, "{served} commands");
 }
 
 #[tokio::test]
@@ -749,21 +762,31 @@ async fn hostile_names_stay_in_their_own_breakers() {
             );
         }
     }
-    // Every key lives under the prefix, one hash tag per breaker.
+    // Every key lives under the prefix, with a shard's hash tag, and each
+    // breaker's keys under its own escaped name, which no name escapes.
     let mut conn = connect(&server.url()).await;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")
         .query_async(&mut conn)
         .await
         .unwrap();
-    let mut tags = std::collections::HashSet::new();
+    let mut breakers = std::collections::HashSet::new();
     for key in &keys {
-        assert!(key.starts_with("hostile:{"), "{key}");
-        let tag = &key["hostile:{".len()..key.find('}').unwrap()];
-        assert!(!tag.contains(['{', ':', '*', ' ', '\n']), "{key}");
-        tags.insert(tag.to_owned());
+        assert!(key.starts_with("hostile:{hostile:"), "{key}");
+        let tag_end = key.find('}').unwrap();
+        let tag = &key["hostile:{".len()..tag_end];
+        assert!(tag.ends_with("/16"), "{key}");
+        let rest: Vec<&str> = key[tag_end + 1..].split(':').collect();
+        match rest.as_slice() {
+            ["", "index" | "version"] => {}
+            ["", name, _part] => {
+                assert!(!name.contains(['{', '}', '*', ' ', '\n']), "{key}");
+                breakers.insert(name.to_string());
+            }
+            _ => panic!("a key out of place: {key}"),
+        }
     }
-    assert_eq!(tags.len(), names.len(), "one hash tag per breaker");
+    assert_eq!(breakers.len(), names.len(), "one place per breaker");
 }
 
 #[tokio::test]
@@ -950,4 +973,493 @@ fn a_store_needs_a_tokio_runtime() {
         RedisStore::builder("redis://127.0.0.1:1").build(),
         Err(StoreError::NoRuntime)
     ));
+}
+
+/// A store on `server` under `prefix` with a registry of `keys` keyed
+/// breakers attached (`k0`, `k1`, ...), every key made.
+fn registry_of(
+    server: &RedisServer,
+    prefix: &str,
+    keys: usize,
+    refresh: Duration,
+) -> (
+    RedisStore,
+    tower_circuit_breaker::registry::Registry<String>,
+) {
+    let store = store(server, prefix)
+        .refresh_interval(refresh)
+        .build()
+        .expect("a valid store");
+    let registry = tower_circuit_breaker::registry::Registry::builder()
+        .default_config(config("any", 1, Duration::from_secs(30)))
+        .max_keys(keys)
+        .store(&store)
+        .build();
+    for k in 0..keys {
+        registry.get(&format!("k{k}")).expect("room for every key");
+    }
+    (store, registry)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_keys_attach_and_sync_within_a_few_refresh_intervals() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    // The fleet has opened the last key before this instance starts.
+    let mut tripper = Instance::new(
+        store(&server, "large"),
+        config("k99999", 1, Duration::from_secs(60)),
+        &upstream,
+    );
+    synced(std::slice::from_ref(&tripper)).await;
+    assert_eq!(tripper.request().await, Answer::Failed);
+    eventually("the opening written", || tripper.store.stats().writes > 0).await;
+
+    let started = std::time::Instant::now();
+    let refresh = Duration::from_millis(200);
+    let (store, registry) = registry_of(&server, "large", 100_000, refresh);
+    let attached = started.elapsed();
+    let last = registry.get(&"k99999".to_owned()).unwrap();
+    // A few intervals: the versions, the one shard with something in it.
+    eventually_within(refresh * 10, "the last key learnt its opening", || {
+        last.state() == State::Open
+    })
+    .await;
+    let synced = started.elapsed();
+    let open = registry
+        .breakers()
+        .into_iter()
+        .filter(|(_, b)| b.state() != State::Closed)
+        .count();
+    assert_eq!(open, 1, "only the key the fleet opened");
+    assert!(store.is_available());
+    assert_eq!(store.stats().unavailable_episodes, 0);
+    eprintln!("100,000 keys: attached in {attached:?}, synced {synced:?} after the start");
+}
+
+/// Commands Redis served per refresh of one instance holding `keys` keys,
+/// nothing open, over ten refreshes.
+async fn commands_per_refresh(keys: usize) -> f64 {
+    let server = RedisServer::start();
+    let (store, _registry) = registry_of(&server, "quiet", keys, Duration::from_millis(100));
+    eventually("synced and subscribed", || {
+        let stats = store.stats();
+        stats.refreshes > 2 && stats.messages > 0
+    })
+    .await;
+    let (refreshes, served) = (
+        store.stats().refreshes,
+        commands_served(&server.url()).await,
+    );
+    eventually("ten more refreshes", || {
+        store.stats().refreshes >= refreshes + 10
+    })
+    .await;
+    let (refreshes_after, served_after) = (
+        store.stats().refreshes,
+        commands_served(&server.url()).await,
+    );
+    assert_eq!(store.stats().unavailable_episodes, 0);
+    // The second INFO is inside the count.
+    (served_after - served - 1) as f64 / (refreshes_after - refreshes) as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nothing_open_commands_per_refresh_stay_bounded_as_keys_grow() {
+    let few = commands_per_refresh(100).await;
+    let many = commands_per_refresh(100_000).await;
+    eprintln!("commands per refresh: {few:.2} with 100 keys, {many:.2} with 100,000");
+    // The versions, and a check of the subscription: two a refresh,
+    // whatever the number of keys (a check may fall either side of the
+    // counted stretch).
+    for per_refresh in [few, many] {
+        assert!(per_refresh <= 2.5, "{per_refresh:.2} commands per refresh");
+    }
+}
+
+#[tokio::test]
+async fn one_instance_failing_every_call_opens_only_itself_below_the_quorum() {
+    let server = RedisServer::start();
+    let config = config("llm", 3, Duration::from_secs(30));
+    let quorum = |server: &RedisServer| store(server, "quorum").quorum(2);
+    // The first instance's own path to the provider is broken; the
+    // provider is healthy for the other two.
+    let broken = Upstream::failing();
+    let healthy = Upstream::default();
+    let mut bad = Instance::new(quorum(&server), config.clone(), &broken);
+    let mut good: Vec<Instance> = (0..2)
+        .map(|_| Instance::new(quorum(&server), config.clone(), &healthy))
+        .collect();
+    synced(std::slice::from_ref(&bad)).await;
+    synced(&good).await;
+    let mut heard = good[0].breaker.subscribe();
+    for _ in 0..3 {
+        assert_eq!(bad.request().await, Answer::Failed);
+    }
+    eventually("the opening offered and declined", || {
+        bad.store.stats().writes == 4
+    })
+    .await;
+    assert_eq!(bad.state(), State::Open);
+    assert_eq!(bad.request().await, Answer::Refused);
+    // The others keep serving, for a few refreshes.
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until {
+        for instance in &mut good {
+            assert_eq!(instance.request().await, Answer::Answered);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(good.iter().all(|i| i.state() == State::Closed));
+    assert!(heard.try_recv().is_err(), "the others never opened");
+    assert_eq!(bad.store.stats().writes, 4, "offered once");
+}
+
+#[tokio::test]
+async fn failures_from_a_quorum_of_instances_open_all_of_them() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let fleet_config = config("llm", 3, Duration::from_secs(30));
+    let mut fleet: Vec<Instance> = (0..3)
+        .map(|_| {
+            Instance::new(
+                store(&server, "quorate").quorum(2),
+                fleet_config.clone(),
+                &upstream,
+            )
+        })
+        .collect();
+    synced(&fleet).await;
+    for _ in 0..3 {
+        assert_eq!(fleet[0].request().await, Answer::Failed);
+    }
+    eventually("the first opened alone", || {
+        fleet[0].store.stats().writes == 4
+    })
+    .await;
+    assert_eq!(fleet[1].state(), State::Closed);
+    // A second instance fails, no success anywhere between: two instances
+    // failing, the count past its threshold.
+    assert_eq!(fleet[1].request().await, Answer::Failed);
+    all_in(&fleet, State::Open, "all three open").await;
+    assert_eq!(fleet[2].request().await, Answer::Refused);
+    assert_eq!(upstream.calls(), 4);
+}
+
+#[tokio::test]
+async fn a_trip_shares_its_opening_once() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let mut one = Instance::new(
+        store(&server, "once"),
+        config("llm", 3, Duration::from_secs(30)),
+        &upstream,
+    );
+    synced(std::slice::from_ref(&one)).await;
+    // Three failures before the store's task runs: one batch of three
+    // counts and the opening. The first two counts' answers ("closed")
+    // come back after the breaker opened: they must not make it offer its
+    // opening again.
+    for _ in 0..3 {
+        let service = one
+            .service
+            .ready()
+            .now_or_never()
+            .expect("ready at once")
+            .expect("no error");
+        assert!(matches!(service.call(()).now_or_never(), Some(Err(_))));
+    }
+    eventually("written", || one.store.stats().writes >= 4).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(one.state(), State::Open);
+    assert_eq!(one.store.stats().writes, 4, "three counts, one opening");
+}
+
+#[tokio::test]
+async fn several_breakers_of_one_name_on_one_instance_send_one_probe() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let open = Duration::from_millis(300);
+    let store = store(&server, "siblings").build().unwrap();
+    let layers: Vec<CircuitBreakerLayer> = (0..3)
+        .map(|_| CircuitBreakerLayer::new(config("llm", 1, open)))
+        .collect();
+    for layer in &layers {
+        assert!(store.attach(&layer.breaker()));
+    }
+    let mut clients: Vec<Svc> = layers
+        .iter()
+        .map(|l| {
+            let inner = tower::util::BoxCloneSyncService::new(upstream.service());
+            tower::Layer::layer(l, inner)
+        })
+        .collect();
+    eventually("synced", || store.stats().refreshes > 0).await;
+    let first = clients[0].ready().await.unwrap().call(()).await;
+    assert!(first.is_err());
+    eventually("all three open", || {
+        layers.iter().all(|l| l.breaker().state() == State::Open)
+    })
+    .await;
+    for round in 1..=3 {
+        let won = store.stats().probe_locks_won;
+        eventually("the lock won", || store.stats().probe_locks_won > won).await;
+        let half_open = layers
+            .iter()
+            .filter(|l| l.breaker().state() == State::HalfOpen)
+            .count();
+        assert_eq!(half_open, 1, "round {round}: one breaker probes");
+        let before = upstream.calls();
+        for client in &mut clients {
+            let _ = client.ready().await.unwrap().call(()).await;
+        }
+        assert_eq!(upstream.calls(), before + 1, "round {round}: one probe");
+    }
+}
+
+#[tokio::test]
+async fn an_active_prober_probes_as_soon_as_its_instance_wins_the_lock() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let open = Duration::from_millis(300);
+    // A hold of a minute: a prober that slept out its local period (the
+    // fleet's and the hold) would not probe within the test.
+    let hold = Duration::from_secs(60);
+    let mut fleet: Vec<Instance> = (0..2)
+        .map(|_| {
+            Instance::new(
+                store(&server, "active").hold(hold),
+                config("llm", 1, open),
+                &upstream,
+            )
+        })
+        .collect();
+    synced(&fleet).await;
+    for instance in &fleet {
+        instance.breaker.probe_actively(
+            upstream.service(),
+            || (),
+            tower_circuit_breaker::classify::ErrorsAsFailures,
+        );
+    }
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    let failed = upstream.arrivals.lock().unwrap()[0];
+    all_in(&fleet, State::Open, "both open").await;
+    eventually("a probe, once the fleet's period ended", || {
+        upstream.calls() >= 2
+    })
+    .await;
+    // The fleet's period, which began after the failure, was kept (Redis
+    // counts whole milliseconds).
+    let probed = upstream.arrivals.lock().unwrap()[1];
+    assert!(probed - failed >= open - Duration::from_millis(2));
+}
+
+#[tokio::test]
+async fn a_subscriber_on_a_silent_connection_is_replaced_and_hears_again() {
+    let server = RedisServer::start();
+    let proxy = StallingProxy::start(server.port);
+    let upstream = Upstream::failing();
+    let open = Duration::from_secs(30);
+    let mut listener = Instance::new(
+        RedisStore::builder(proxy.url())
+            .prefix("deaf")
+            .refresh_interval(Duration::from_millis(200))
+            .command_timeout(Duration::from_millis(200)),
+        config("llm", 1, open),
+        &upstream,
+    );
+    let mut tripper = Instance::new(store(&server, "deaf"), config("llm", 1, open), &upstream);
+    synced(std::slice::from_ref(&listener)).await;
+    synced(std::slice::from_ref(&tripper)).await;
+    let mut events = listener.store.subscribe();
+    // The host behind the address vanishes without a reset, then comes
+    // back: connections made before stay silent for good.
+    proxy.stall();
+    let event = next_event(&mut events).await;
+    assert!(matches!(event, StoreEvent::Unavailable { .. }), "{event:?}");
+    proxy.heal();
+    assert_eq!(next_event(&mut events).await, StoreEvent::Restored);
+    // Redis still counts the silent subscription (its socket is open at
+    // the proxy): the listener's new one makes three subscribers.
+    let mut conn = connect(&server.url()).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("deaf:events")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if subscribers == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never subscribed again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let heard = listener.store.stats().messages;
+    assert_eq!(tripper.request().await, Answer::Failed);
+    eventually("the opening heard by pub/sub", || {
+        listener.store.stats().messages > heard
+    })
+    .await;
+    eventually("the listener open", || listener.state() == State::Open).await;
+    assert_eq!(listener.request().await, Answer::Refused);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_shard_of_a_hundred_thousand_entries_is_read_in_pages_and_syncs() {
+    let server = RedisServer::start();
+    // One shard's index holds 100,000 entries (a fleet with that many keys
+    // counting failures) and the opening of `llm`: read in one exchange, it
+    // takes longer than the command timeout; in pages, each page answers
+    // well within it.
+    let mut conn = connect(&server.url()).await;
+    let shard = shard_base("big-index", "llm");
+    let until = redis_now_ms(&mut conn).await + 3_600_000;
+    for chunk in 0..10 {
+        let mut pipe = redis::pipe();
+        let cmd = pipe.cmd("HSET").arg(format!("{shard}:index"));
+        for i in 0..10_000 {
+            cmd.arg(format!("k{chunk}-{i}"))
+                .arg(format!("c 1 1 {until}"));
+        }
+        let _: () = pipe.query_async(&mut conn).await.unwrap();
+    }
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{shard}:index"))
+        .arg("llm")
+        .arg(format!("o 2 5 0 {until} {until}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{shard}:version"))
+        .arg(2)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut instance = Instance::new(
+        RedisStore::builder(server.url())
+            .prefix("big-index")
+            .refresh_interval(Duration::from_millis(500))
+            .command_timeout(Duration::from_millis(100))
+            .hold(Duration::from_millis(500)),
+        config("llm", 1, Duration::from_secs(30)),
+        &Upstream::default(),
+    );
+    eventually("the fleet's opening read from the big shard", || {
+        instance.state() == State::Open
+    })
+    .await;
+    assert_eq!(instance.request().await, Answer::Refused);
+    let stats = instance.store.stats();
+    assert!(stats.available, "{stats:?}");
+    assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_race_for_the_probe_lock_that_redis_answers_late_is_slow_not_down() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let quick = |server: &RedisServer| {
+        RedisStore::builder(server.url())
+            .prefix("late-lock")
+            .refresh_interval(Duration::from_millis(200))
+            .probe_lease(Duration::from_millis(800))
+            .hold(Duration::from_millis(700))
+            .command_timeout(Duration::from_millis(100))
+    };
+    let config = config("llm", 1, Duration::from_secs(1));
+    let mut fleet: Vec<Instance> = (0..2)
+        .map(|_| Instance::new(quick(&server), config.clone(), &upstream))
+        .collect();
+    synced(&fleet).await;
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    all_in(&fleet, State::Open, "the fleet open").await;
+    // Redis holds every script (the probe-lock attempts among them) past
+    // the end of the open period, while it answers reads (the versions)
+    // at once: busy, not down.
+    let mut conn = connect(&server.url()).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(2500)
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    eventually("a round of lock attempts not answered in time", || {
+        fleet.iter().any(|i| i.store.stats().slow_lock_rounds > 0)
+    })
+    .await;
+    for instance in &fleet {
+        let stats = instance.store.stats();
+        assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
+    }
+    // Once Redis runs scripts again, the fleet goes on sharing: a probe
+    // is let through, fails, and the reopening reaches both.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while upstream.calls() < 2 {
+        assert!(Instant::now() < deadline, "never probed");
+        for instance in &mut fleet {
+            instance.request().await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    all_in(&fleet, State::Open, "reopened").await;
+    for instance in &fleet {
+        let stats = instance.store.stats();
+        assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_redis_answers_late_is_slow_not_down() {
+    let server = RedisServer::start();
+    let upstream = Upstream::failing();
+    let quick = |server: &RedisServer| {
+        RedisStore::builder(server.url())
+            .prefix("late-write")
+            .refresh_interval(Duration::from_millis(200))
+            .hold(Duration::from_millis(700))
+            .command_timeout(Duration::from_millis(100))
+    };
+    let config = config("llm", 3, Duration::from_secs(30));
+    let mut fleet: Vec<Instance> = (0..2)
+        .map(|_| Instance::new(quick(&server), config.clone(), &upstream))
+        .collect();
+    synced(&fleet).await;
+    // Redis holds every script back for a while (the failure's count
+    // among them) and answers reads at once: busy, not down.
+    let mut conn = connect(&server.url()).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1000)
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(fleet[0].request().await, Answer::Failed);
+    eventually("a batch of writes not answered in time", || {
+        fleet[0].store.stats().slow_write_rounds > 0
+    })
+    .await;
+    let stats = fleet[0].store.stats();
+    assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
+    assert_eq!(fleet[0].state(), State::Closed);
+    // Once Redis runs scripts again, the fleet goes on sharing: the other
+    // instance's failures open both.
+    let refreshes = fleet[1].store.stats().refreshes;
+    eventually("whole refreshes again", || {
+        fleet[1].store.stats().refreshes > refreshes + 6
+    })
+    .await;
+    for _ in 0..3 {
+        assert_ne!(fleet[1].request().await, Answer::Answered);
+    }
+    all_in(&fleet, State::Open, "the fleet open").await;
+    for instance in &fleet {
+        let stats = instance.store.stats();
+        assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
+    }
 }

@@ -9,7 +9,10 @@ mod redis_support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use redis_support::{connect, eventually_within, RedisCluster, Upstream};
+use redis_support::{
+    breaker_key, commands_served, connect, eventually_within, free_port, shard_base, RedisCluster,
+    Upstream,
+};
 use tokio::time::Instant;
 use tower::{BoxError, Service, ServiceExt};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
@@ -42,9 +45,15 @@ struct Instance {
 
 impl Instance {
     fn new(cluster: &RedisCluster) -> Self {
-        let store = RedisStore::cluster_builder(cluster.urls())
+        Self::with(
+            RedisStore::cluster_builder(cluster.urls())
+                .refresh_interval(Duration::from_millis(200)),
+        )
+    }
+
+    fn with(store: tower_circuit_breaker::store::redis::RedisStoreBuilder) -> Self {
+        let store = store
             .prefix("cluster")
-            .refresh_interval(Duration::from_millis(200))
             .probe_lease(Duration::from_millis(800))
             .hold(Duration::from_millis(1300))
             .command_timeout(Duration::from_millis(400))
@@ -58,6 +67,7 @@ impl Instance {
             .unwrap();
         let registry = Registry::builder()
             .default_config(config)
+            .max_keys(100_000)
             .store(&store)
             .build();
         Instance { store, registry }
@@ -86,7 +96,7 @@ async fn breakers_in_different_slots_trip_share_and_recover_on_a_cluster() {
     let mut names: Vec<(String, u16)> = Vec::new();
     for i in 0.. {
         let name = format!("provider-{i}");
-        let s = slot(&mut conn, &format!("cluster:{{{name}}}:record")).await;
+        let s = slot(&mut conn, &breaker_key("cluster", &name, "record")).await;
         if names.iter().all(|(_, other)| other / 5462 != s / 5462) {
             names.push((name, s));
         }
@@ -142,7 +152,7 @@ async fn each_breakers_keys_share_one_slot_whatever_its_name() {
     let instance = Instance::new(&cluster);
     let upstream = Upstream::failing();
     let long = "y".repeat(5_000);
-    let names = ["a:b", "{x}", "}{", "a\nb", "*", long.as_str()];
+    let names = ["a:b", "{x}", "}{", "a\nb", "*", "", long.as_str()];
     for name in names {
         instance.state(name);
     }
@@ -159,7 +169,9 @@ async fn each_breakers_keys_share_one_slot_whatever_its_name() {
         instance.store.stats().writes >= 3 * names.len() as u64
     })
     .await;
-    let mut tags: HashSet<String> = HashSet::new();
+    // Every key of a breaker shares its shard's slot, and the shard's
+    // index with it: whatever the name, the empty one included.
+    let mut breakers: HashSet<String> = HashSet::new();
     for url in cluster.urls() {
         let mut conn = connect(&url).await;
         let keys: Vec<String> = redis::cmd("KEYS")
@@ -168,15 +180,191 @@ async fn each_breakers_keys_share_one_slot_whatever_its_name() {
             .await
             .unwrap();
         for key in keys {
-            let tag = key["cluster:{".len()..key.find('}').unwrap()].to_owned();
-            let tagged = format!("cluster:{{{tag}}}:record");
+            let base = &key[..key.find('}').unwrap() + 1];
             assert_eq!(
                 slot(&mut conn, &key).await,
-                slot(&mut conn, &tagged).await,
-                "{key} left its breaker's slot"
+                slot(&mut conn, &format!("{base}:index")).await,
+                "{key} left its shard's slot"
             );
-            tags.insert(tag);
+            if let [_, name, _part] = key[base.len()..].split(':').collect::<Vec<_>>()[..] {
+                breakers.insert(name.to_owned());
+            }
         }
     }
-    assert_eq!(tags.len(), names.len(), "one hash tag per breaker");
+    assert_eq!(breakers.len(), names.len(), "one place per breaker");
+    assert!(instance.store.is_available());
+    assert_eq!(instance.store.stats().key_errors, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_empty_name_trips_and_shares_and_the_store_stays_up() {
+    let cluster = RedisCluster::start();
+    let a = Instance::new(&cluster);
+    let b = Instance::new(&cluster);
+    let upstream = Upstream::failing();
+    // What `registry::header` gives a request without the header.
+    for name in ["", "other"] {
+        a.state(name);
+        b.state(name);
+    }
+    eventually("both synced", || {
+        a.store.stats().refreshes > 0 && b.store.stats().refreshes > 0
+    })
+    .await;
+    assert!(a.call("", &upstream).await.is_err());
+    let writes = a.store.stats().writes;
+    eventually("a's failure written", || a.store.stats().writes > writes).await;
+    assert!(b.call("", &upstream).await.is_err());
+    eventually("the empty name open on both", || {
+        a.state("") == State::Open && b.state("") == State::Open
+    })
+    .await;
+    // The store is up, and other keys still share.
+    assert!(a.call("other", &upstream).await.is_err());
+    let writes = a.store.stats().writes;
+    eventually("a's failure written", || a.store.stats().writes > writes).await;
+    assert!(b.call("other", &upstream).await.is_err());
+    eventually("another key open on both", || {
+        a.state("other") == State::Open && b.state("other") == State::Open
+    })
+    .await;
+    for store in [&a.store, &b.store] {
+        assert!(store.is_available());
+        let stats = store.stats();
+        assert_eq!((stats.unavailable_episodes, stats.key_errors), (0, 0));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opening_reaches_every_instance_by_pubsub_whatever_node_each_was_given() {
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    // A name whose shard lives on the third node: not a node the first two
+    // instances were given.
+    let mut conn = connect(&urls[2]).await;
+    let owned: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let third = cluster.nodes[2].port;
+    let on_third = |slot: u16| {
+        owned.iter().any(|range| match range.as_slice() {
+            [redis::Value::Int(from), redis::Value::Int(to), redis::Value::Array(node), ..] => {
+                (*from..=*to).contains(&i64::from(slot))
+                    && matches!(node.get(1), Some(redis::Value::Int(p)) if *p == i64::from(third))
+            }
+            _ => false,
+        })
+    };
+    let mut name = String::new();
+    for i in 0.. {
+        let candidate = format!("provider-{i}");
+        let s = slot(
+            &mut conn,
+            &format!("{}:index", shard_base("cluster", &candidate)),
+        )
+        .await;
+        if on_third(s) {
+            name = candidate;
+            break;
+        }
+    }
+    // Each instance is given one node, a different one, after an address
+    // where nothing answers (a node gone); none refreshes within the test:
+    // only pub/sub can tell them.
+    let gone = format!("redis://127.0.0.1:{}", free_port());
+    let fleet: Vec<Instance> = urls
+        .iter()
+        .map(|url| {
+            Instance::with(
+                RedisStore::cluster_builder([gone.clone(), url.clone()])
+                    .refresh_interval(Duration::from_secs(60)),
+            )
+        })
+        .collect();
+    for instance in &fleet {
+        instance.state(&name);
+    }
+    eventually("every instance synced and subscribed", || {
+        fleet.iter().all(|i| {
+            let stats = i.store.stats();
+            stats.refreshes > 0 && stats.messages > 0
+        })
+    })
+    .await;
+    // A subscription makes one more refresh: wait until the counts stop
+    // moving.
+    let count = || -> Vec<u64> { fleet.iter().map(|i| i.store.stats().refreshes).collect() };
+    let mut refreshes = count();
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if count() == refreshes {
+            break;
+        }
+        refreshes = count();
+    }
+    let upstream = Upstream::failing();
+    // Two failures on the first instance (given the first node): the
+    // threshold.
+    assert!(fleet[0].call(&name, &upstream).await.is_err());
+    assert!(fleet[0].call(&name, &upstream).await.is_err());
+    eventually("open on every instance", || {
+        fleet.iter().all(|i| i.state(&name) == State::Open)
+    })
+    .await;
+    for (instance, before) in fleet.iter().zip(refreshes) {
+        assert_eq!(instance.store.stats().refreshes, before, "told by pub/sub");
+    }
+}
+
+/// Commands all nodes served per refresh of one instance holding `keys`
+/// keys, nothing open, over ten refreshes.
+async fn commands_per_refresh(keys: usize) -> f64 {
+    let cluster = RedisCluster::start();
+    let instance = Instance::with(
+        RedisStore::cluster_builder(cluster.urls()).refresh_interval(Duration::from_millis(100)),
+    );
+    for k in 0..keys {
+        instance.state(&format!("k{k}"));
+    }
+    eventually("synced and subscribed", || {
+        let stats = instance.store.stats();
+        stats.refreshes > 2 && stats.messages > 0
+    })
+    .await;
+    let served = |urls: Vec<String>| async move {
+        let mut total = 0;
+        for url in urls {
+            total += commands_served(&url).await;
+        }
+        total
+    };
+    let (refreshes, before) = (
+        instance.store.stats().refreshes,
+        served(cluster.urls()).await,
+    );
+    eventually("ten more refreshes", || {
+        instance.store.stats().refreshes >= refreshes + 10
+    })
+    .await;
+    let (refreshes_after, after) = (
+        instance.store.stats().refreshes,
+        served(cluster.urls()).await,
+    );
+    assert_eq!(instance.store.stats().unavailable_episodes, 0);
+    // The second round of INFO (one per node) is inside the count.
+    (after - before - 3) as f64 / (refreshes_after - refreshes) as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nothing_open_commands_per_refresh_stay_bounded_as_keys_grow_on_a_cluster() {
+    let few = commands_per_refresh(100).await;
+    let many = commands_per_refresh(100_000).await;
+    eprintln!("commands per refresh on a cluster: {few:.2} with 100 keys, {many:.2} with 100,000");
+    // The versions, one per shard (16), and the subscription's check, one
+    // per node (3), whatever the number of keys.
+    for per_refresh in [few, many] {
+        assert!(per_refresh <= 20.0, "{per_refresh:.2} commands per refresh");
+    }
 }

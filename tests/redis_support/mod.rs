@@ -433,3 +433,61 @@ pub async fn eventually_within(limit: Duration, what: &str, mut done: impl FnMut
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A breaker's name as the store escapes it in keys and messages.
+pub fn escape(name: &str) -> String {
+    name.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The start of every key of `name`'s index shard under `prefix`, with the
+/// default 16 shards, as the store's docs lay them out:
+/// `<prefix>:{<prefix>:<shard>/16}`.
+pub fn shard_base(prefix: &str, name: &str) -> String {
+    let hash = escape(name)
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("{prefix}:{{{prefix}:{}/16}}", hash % 16)
+}
+
+/// Where the store keeps `part` (`record`, `wait`, `probe_lock`...) of the
+/// breaker `name` under `prefix`.
+pub fn breaker_key(prefix: &str, name: &str, part: &str) -> String {
+    format!("{}:{}:{part}", shard_base(prefix, name), escape(name))
+}
+
+/// Redis's clock, in milliseconds.
+pub async fn redis_now_ms(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
+    seconds * 1000 + micros / 1000
+}
+
+/// How many commands Redis has served, over every command.
+pub async fn commands_served(url: &str) -> u64 {
+    let mut conn = connect(url).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .filter_map(|rest| {
+            rest.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}

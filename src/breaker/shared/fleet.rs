@@ -32,6 +32,10 @@ pub(crate) struct FleetBook {
     /// When this breaker began following `generation`: it follows for at
     /// most `max_open` (and the hold) from then, whatever Redis says.
     pub(crate) since_ms: u64,
+    /// The fleet declined this breaker's latest opening (too few instances
+    /// failing): it stays open on its own, and news that the fleet is
+    /// closed does not make it offer the opening again.
+    pub(crate) declined: bool,
 }
 
 impl Shared {
@@ -63,6 +67,18 @@ impl Shared {
         );
         // Unacknowledged until the store answers with the fleet's opening.
         book.fleet.generation = 0;
+        book.fleet.declined = false;
+    }
+
+    /// The fleet declined this breaker's opening: fewer instances than the
+    /// store's quorum are failing. It stays open on its own evidence (its
+    /// period, its own probes), and is not offered to the fleet again until
+    /// it opens anew.
+    pub(crate) fn fleet_declined(&self) {
+        let mut book = self.lock();
+        if book.fleet.generation == 0 && matches!(self.load().tag(), Tag::Open | Tag::HalfOpen) {
+            book.fleet.declined = true;
+        }
     }
 
     pub(super) fn fleet_probe_succeeded(&self, book: &Book) {
@@ -122,6 +138,7 @@ impl Shared {
                     book.fleet.generation = generation;
                     book.fleet.since_ms = since;
                     book.fleet.failures = false;
+                    book.fleet.declined = false;
                     book.attempt = attempt;
                     book.open_until_ms = until;
                     if w.tag() == Tag::Open {
@@ -140,15 +157,24 @@ impl Shared {
     }
 
     /// This instance holds the probe lock of fleet generation `generation`:
-    /// the local open period ends now.
-    pub(crate) fn fleet_probe_won(&self, generation: u64, attempt: u32) {
+    /// the local open period ends now. Returns whether this breaker probes
+    /// (it was open, or is half-open already); false when it is closed or
+    /// held by an operator, so that another breaker of the name can.
+    pub(crate) fn fleet_probe_won(&self, generation: u64, attempt: u32) -> bool {
         let mut book = self.lock();
         book.fleet.generation = generation;
+        book.fleet.declined = false;
         book.attempt = attempt;
         let w = self.load();
         drop(book);
-        if w.tag() == Tag::Open {
-            let _ = self.enter_half_open(w);
+        match w.tag() {
+            // Its transition wakes an active prober waiting for the local
+            // period's end (see `prober_turn`), so the round starts now.
+            Tag::Open => self
+                .enter_half_open(w)
+                .map_or_else(|now| now.tag() == Tag::HalfOpen, |_| true),
+            Tag::HalfOpen => true,
+            Tag::Closed | Tag::Manual => false,
         }
     }
 
@@ -173,7 +199,9 @@ impl Shared {
             Tag::Open | Tag::HalfOpen if follows => self.fleet_close(book, w),
             // Still open: an opening whose period has ended (it reads as
             // half-open) may be over, and is not replayed to the fleet.
-            Tag::Open if book.fleet.generation == 0 && generation.is_none() => {
+            Tag::Open
+                if book.fleet.generation == 0 && !book.fleet.declined && generation.is_none() =>
+            {
                 let left_ms = w.open_until_ms().saturating_sub(self.now_ms());
                 if left_ms > 0 {
                     self.fleet_opened(&mut book, left_ms);

@@ -7,12 +7,15 @@
 //! [`Shared::prober_turn`] hands it a probe permit when the open period has
 //! ended, and the permit records the probe's outcome.
 
+use std::future::{poll_fn, Future};
+use std::pin::pin;
 use std::sync::{Arc, Weak};
+use std::task::Poll;
 use std::time::Duration;
 
 use super::Shared;
 use crate::breaker::admission::Permit;
-use crate::breaker::state::Tag;
+use crate::breaker::state::{Tag, Word};
 use crate::millis::millis_up;
 use crate::sync::Ordering;
 
@@ -28,10 +31,71 @@ pub(crate) trait Prober: Send + Sync {
 pub(crate) enum Turn {
     /// The breaker closed or an operator holds it: the task ends.
     Done,
-    /// Open: sleep until then.
-    WaitUntil(tokio::time::Instant),
+    /// Open: wait until the period ends, or the breaker changes first.
+    Wait(Wait),
     /// Send a probe with this permit.
     Probe(Permit),
+}
+
+/// The probe task's wait for its turn: until a time, or until the breaker
+/// changes first. A fleet backend can end the local open period early
+/// (this instance won the fleet's probe lock: the fleet's one probe of the
+/// round is this task's to send, now) or lengthen it; a task that only
+/// slept until the period it first saw would probe late, while the fleet
+/// waited on it.
+pub(crate) struct Wait {
+    at: tokio::time::Instant,
+    /// The state word when the turn was given.
+    seen: Word,
+}
+
+impl Wait {
+    /// Waits for the time, or for any transition or change of the open
+    /// period of `breaker` (which it holds only weakly meanwhile); the task
+    /// then asks for its turn again.
+    pub(crate) async fn until_due(self, breaker: &Weak<Shared>) {
+        let Some(shared) = breaker.upgrade() else {
+            return;
+        };
+        // Woken as a gate-mode clone is: at every change of the breaker.
+        let (_, slot) = shared.clones().register();
+        drop(shared);
+        let _slot = WaitSlot { breaker, slot };
+        let mut sleep = pin!(tokio::time::sleep_until(self.at));
+        let mut registered = false;
+        poll_fn(|cx| {
+            if sleep.as_mut().poll(cx).is_ready() || registered {
+                return Poll::Ready(());
+            }
+            let Some(shared) = breaker.upgrade() else {
+                return Poll::Ready(());
+            };
+            shared.clones().wait(slot, cx.waker());
+            registered = true;
+            // A change made before the waker was registered woke nobody.
+            if shared.load() == self.seen {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
+        })
+        .await;
+    }
+}
+
+/// The wait's place among the breaker's clones, given back however the
+/// wait ends.
+struct WaitSlot<'a> {
+    breaker: &'a Weak<Shared>,
+    slot: usize,
+}
+
+impl Drop for WaitSlot<'_> {
+    fn drop(&mut self) {
+        if let Some(shared) = self.breaker.upgrade() {
+            shared.clones().retire(self.slot);
+        }
+    }
 }
 
 impl Shared {
@@ -92,7 +156,10 @@ impl Shared {
             match w.tag() {
                 Tag::Closed | Tag::Manual => return Turn::Done,
                 Tag::Open if now < w.open_until_ms() => {
-                    return Turn::WaitUntil(self.instant_at(w.open_until_ms()))
+                    return Turn::Wait(Wait {
+                        at: self.instant_at(w.open_until_ms()),
+                        seen: w,
+                    })
                 }
                 Tag::Open => {
                     let _ = self.enter_half_open(w);
@@ -107,7 +174,10 @@ impl Shared {
                 // permits: look again an interval later.
                 Tag::HalfOpen => {
                     let at = now.saturating_add(self.probe_interval_ms());
-                    return Turn::WaitUntil(self.instant_at(at));
+                    return Turn::Wait(Wait {
+                        at: self.instant_at(at),
+                        seen: w,
+                    });
                 }
             }
         }

@@ -74,6 +74,8 @@ pub(crate) struct LinkSettings {
     pub(crate) failure_window: Duration,
     /// The probe lock's lease.
     pub(crate) probe_lease: Duration,
+    /// Instances that must be failing at once for a new fleet opening.
+    pub(crate) quorum: u32,
 }
 
 /// A breaker's link to its store.
@@ -116,6 +118,7 @@ impl Link {
             attempt,
             lease_ms: millis(self.settings.probe_lease),
             successes: config.successes_to_close(),
+            quorum: self.settings.quorum,
             ..Args::default()
         }
     }

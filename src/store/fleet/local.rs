@@ -94,10 +94,27 @@ impl LocalBreakers {
             } => {
                 self.won = Some(generation);
                 self.next_probe = Some(now + lease);
+                // One local breaker probes, the first that can: the lock
+                // allows one probe round, and several breakers of one name
+                // here would each send theirs. The others wait as for a
+                // lock held elsewhere, and learn the verdict from the fleet.
+                let mut probing = false;
                 for breaker in &breakers {
-                    breaker.fleet_probe_won(generation, attempt);
+                    if probing {
+                        breaker.fleet_open(generation, millis(lease), attempt, hold_ms, true);
+                    } else {
+                        probing = breaker.fleet_probe_won(generation, attempt);
+                    }
                 }
                 return won_before != Some(generation);
+            }
+            Reply::Declined { failures } => {
+                // The fleet stays closed; the breakers that opened here
+                // stay open on their own, and do not offer it again.
+                for breaker in &breakers {
+                    breaker.fleet_declined();
+                }
+                self.close(&breakers, None, failures);
             }
             Reply::ProbeHeld {
                 generation,

@@ -9,25 +9,37 @@
 //! script (`store/redis/script.rs`) is its reference, and the in-process
 //! store (`store/memory/state.rs`) decides alike:
 //!
-//! * `Fail` counts a closed-state failure and opens at the threshold;
-//!   `Reset` forgets the count, unless open;
+//! * `Fail` counts a closed-state failure and opens at the threshold, once
+//!   `quorum` instances are failing; `Reset` forgets the count (and who
+//!   failed), unless open;
 //! * `Open` writes an opening (a new fleet generation), unless a newer one
-//!   is already there; `min_open` counts from the first opening of an
-//!   outage, not from each reopening;
+//!   is already there; a new opening (not the reopening after a failed
+//!   probe) needs `quorum` instances failing, and below it is declined,
+//!   and counts as the caller's vote for its open period and the probe
+//!   lease; `min_open` counts from the first opening of an outage, not from
+//!   each reopening;
 //! * `Probe` takes the probe lease once the open period has ended, or says
 //!   who holds it; a caller whose own lease ran out gives it up;
 //! * `ProbeOk` counts a probe's success in its generation and closes at
 //!   `successes_to_close` once `min_open` has passed.
 //!
+//! Instances failing at once, for the quorum, are those whose failures the
+//! count holds (since the last success anywhere, within the failure
+//! window), those whose vote is still running, and the caller. With a
+//! quorum of 1 (the default) every instance's evidence opens the fleet.
+//!
 //! What reaches the backend comes from [`Link`] (queued on the request
 //! path, never waiting); what comes back goes to the breakers through
-//! [`LocalBreakers::apply`].
+//! [`LocalBreakers::apply`], the answers to one batch first narrowed by
+//! [`settle`].
 
 mod link;
 mod local;
 
 pub(crate) use link::{Link, LinkSettings, Queue, Write};
 pub(crate) use local::LocalBreakers;
+
+use std::sync::Arc;
 
 /// One operation of the fleet's state machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +70,8 @@ pub(crate) struct Args {
     pub(crate) window_ms: u64,
     pub(crate) lease_ms: u64,
     pub(crate) successes: u32,
+    /// Instances that must be failing at once for a new opening.
+    pub(crate) quorum: u32,
 }
 
 /// The fleet's answer to an operation, or its state of a name as read.
@@ -81,4 +95,58 @@ pub(crate) enum Reply {
         lease_ms: u64,
         attempt: u32,
     },
+    /// Closed, with `failures` counted, and the caller's opening declined:
+    /// fewer than `quorum` instances are failing. The caller's breaker
+    /// stays open on its own.
+    Declined { failures: u64 },
+}
+
+/// The answers to one batch of writes, as the breakers should take them:
+/// per key, the last answer only (the fleet's latest state: an earlier
+/// answer in the batch is stale by then, and a stale "closed" would make a
+/// breaker that opened meanwhile share its opening again), after any
+/// `Declined` for that key (which no later answer undoes).
+pub(crate) fn settle(replies: Vec<(Arc<str>, Reply)>) -> Vec<(Arc<str>, Reply)> {
+    let mut last = std::collections::HashMap::with_capacity(replies.len());
+    for (i, (key, _)) in replies.iter().enumerate() {
+        last.insert(Arc::clone(key), i);
+    }
+    replies
+        .into_iter()
+        .enumerate()
+        .filter(|(i, (key, reply))| {
+            last.get(key) == Some(i) || matches!(reply, Reply::Declined { .. })
+        })
+        .map(|(_, answer)| answer)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_settles_on_each_keys_last_answer_after_its_declines() {
+        let key = |k: &str| -> Arc<str> { Arc::from(k) };
+        let open = Reply::Open {
+            generation: 4,
+            left_ms: 100,
+            attempt: 0,
+        };
+        let settled = settle(vec![
+            (key("a"), Reply::Closed { failures: 1 }),
+            (key("b"), Reply::Declined { failures: 2 }),
+            (key("a"), Reply::Closed { failures: 2 }),
+            (key("b"), Reply::Closed { failures: 3 }),
+            (key("a"), open),
+        ]);
+        assert_eq!(
+            settled,
+            vec![
+                (key("b"), Reply::Declined { failures: 2 }),
+                (key("b"), Reply::Closed { failures: 3 }),
+                (key("a"), open),
+            ]
+        );
+    }
 }

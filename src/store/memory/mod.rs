@@ -14,6 +14,10 @@
 //!   or at [`failures_to_open`](MemoryFleetBuilder::failures_to_open); a
 //!   success anywhere resets it. Every other policy still trips on an
 //!   instance's own evidence, and the opening is then shared.
+//! - **A quorum.** With [`quorum`](MemoryFleetBuilder::quorum) above 1, a
+//!   fleet-wide opening needs that many distinct instances failing at once;
+//!   below it, the failing instance's breaker opens on its own and the
+//!   others keep serving.
 //! - **One prober.** When the fleet's open period ends, one instance wins
 //!   the probe lease ([`probe_lease`](MemoryFleetBuilder::probe_lease) long)
 //!   and its breakers go half-open; the others keep refusing, hear that the
@@ -29,8 +33,8 @@
 //!   carries it out on the fleet's state and brings the answers into the
 //!   breakers. Every change (an opening, a closing, a new failure count)
 //!   reaches every other instance's task at once and in the order the
-//!   fleet decided it: what pub/sub and the bulk refresh do for Redis,
-//!   with nothing to lose on the way. A breaker attached late learns the
+//!   fleet decided it: what pub/sub and the index do for Redis, with
+//!   nothing to lose on the way. A breaker attached late learns the
 //!   fleet's state at once.
 //! - **Tokio's clock.** Open periods, leases, `min_open` and the failure
 //!   window run on `tokio::time`, so paused time drives a whole fleet: a
@@ -190,6 +194,7 @@ pub struct MemoryFleetBuilder {
     queue_capacity: usize,
     failures_to_open: Option<u32>,
     failure_window: Duration,
+    quorum: u32,
 }
 
 /// One instance of a service in a [`MemoryFleet`]: what one `RedisStore`
@@ -327,6 +332,7 @@ impl MemoryFleet {
             queue_capacity: 4096,
             failures_to_open: None,
             failure_window: Duration::from_secs(60),
+            quorum: 1,
         }
     }
 
@@ -362,6 +368,7 @@ impl fmt::Debug for MemoryFleet {
             .field("hold", &self.inner.timing.hold)
             .field("failure_window", &self.inner.settings.failure_window)
             .field("failures_to_open", &self.inner.settings.failures_to_open)
+            .field("quorum", &self.inner.settings.quorum)
             .field("queue_capacity", &self.inner.queue_capacity)
             .finish()
     }
@@ -409,6 +416,17 @@ impl MemoryFleetBuilder {
         self
     }
 
+    /// How many instances must be failing at once before the fleet opens
+    /// a breaker (default 1: any instance's evidence opens it for all).
+    /// See the Redis store's
+    /// [`quorum`](crate::store::redis::RedisStoreBuilder::quorum), which
+    /// this mirrors: below the quorum, an instance's breaker opens on its
+    /// own and the others keep serving.
+    pub fn quorum(mut self, instances: u32) -> Self {
+        self.quorum = instances;
+        self
+    }
+
     /// Checks the settings and makes the fleet, whose instances' tasks will
     /// run on the current tokio runtime. Must be called inside one.
     pub fn build(self) -> Result<MemoryFleet, MemoryFleetError> {
@@ -431,6 +449,9 @@ impl MemoryFleetBuilder {
         if self.failures_to_open == Some(0) {
             return Err(bad("failures_to_open", "must be at least 1").into());
         }
+        if self.quorum == 0 {
+            return Err(bad("quorum", "must be at least 1").into());
+        }
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| MemoryFleetError::NoRuntime)?;
         Ok(MemoryFleet {
@@ -440,6 +461,7 @@ impl MemoryFleetBuilder {
                     failures_to_open: self.failures_to_open,
                     failure_window: self.failure_window,
                     probe_lease: self.probe_lease,
+                    quorum: self.quorum,
                 }),
                 timing: Timing {
                     hold: self.hold,

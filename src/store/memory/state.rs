@@ -7,7 +7,7 @@
 //! the probe lease), on tokio's clock. Every operation answers the calling
 //! instance with a [`Reply`], exactly as the script would, and tells every
 //! other instance what changed (an opening, a closing, a new failure
-//! count): what pub/sub and the bulk refresh do for Redis, here at once and
+//! count): what pub/sub and the index do for Redis, here at once and
 //! in order.
 
 use std::collections::HashMap;
@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::breaker::shared::Shared;
 use crate::millis::millis_up;
-use crate::store::fleet::{Args, Op, Reply, Write};
+use crate::store::fleet::{settle, Args, Op, Reply, Write};
 
 /// Which instance of the fleet: the probe lease's holder.
 pub(crate) type InstanceId = u64;
@@ -69,6 +69,12 @@ struct Record {
     min_open_until: Option<Instant>,
     /// The failure count, and when it is forgotten.
     failures: Option<(u64, Instant)>,
+    /// The instances whose failures the count holds (with a quorum above
+    /// 1; Redis: the fields of the `failures` hash), forgotten with it.
+    failing: Vec<InstanceId>,
+    /// Instances whose own opening was declined, and until when each
+    /// counts as failing (Redis: `votes`).
+    votes: Vec<(InstanceId, Instant)>,
     lease: Option<Lease>,
 }
 
@@ -87,6 +93,10 @@ impl Record {
         if self.failures.is_some_and(|(_, at)| at <= now) {
             self.failures = None;
         }
+        if self.failures.is_none() {
+            self.failing.clear();
+        }
+        self.votes.retain(|(_, until)| *until > now);
         if self.lease.as_ref().is_some_and(|l| l.until <= now) {
             self.lease = None;
         }
@@ -97,7 +107,25 @@ impl Record {
             && self.open_until.is_none()
             && self.min_open_until.is_none()
             && self.failures.is_none()
+            && self.votes.is_empty()
             && self.lease.is_none()
+    }
+
+    /// Instances failing at once: those whose failures the count holds,
+    /// those whose vote runs, and `caller` (the script's `failing`).
+    fn failing(&self, caller: InstanceId) -> usize {
+        let mut seen: Vec<InstanceId> = self.failing.clone();
+        seen.extend(self.votes.iter().map(|(who, _)| *who));
+        seen.push(caller);
+        seen.sort_unstable();
+        seen.dedup();
+        seen.len()
+    }
+
+    /// Forgets the failure count and who failed.
+    fn forget_failures(&mut self) -> bool {
+        self.failing.clear();
+        self.failures.take().is_some()
     }
 
     fn failures(&self) -> u64 {
@@ -206,12 +234,12 @@ impl Fleet {
         while let Ok(earlier) = inbox.try_recv() {
             news.push(earlier);
         }
-        for write in writes {
-            let reply = self.carry_out(from, write, now);
-            news.push(News::Reply {
-                key: Arc::clone(&write.key),
-                reply,
-            });
+        let replies = writes
+            .iter()
+            .map(|write| (Arc::clone(&write.key), self.carry_out(from, write, now)))
+            .collect();
+        for (key, reply) in settle(replies) {
+            news.push(News::Reply { key, reply });
         }
         self.sweep(now);
         news
@@ -281,6 +309,7 @@ fn operate(
 ) -> (Reply, Option<Change>) {
     let args = &write.args;
     let lease_ms = args.lease_ms.max(1);
+    let quorum = usize::try_from(args.quorum.max(1)).unwrap_or(usize::MAX);
     match write.op {
         Op::Fail => {
             if record.opening.is_some() {
@@ -288,7 +317,10 @@ fn operate(
             }
             let count = record.failures().saturating_add(1);
             record.failures = Some((count, after(now, args.window_ms.max(1))));
-            if count < u64::from(args.threshold.max(1)) {
+            if quorum > 1 && !record.failing.contains(&from) {
+                record.failing.push(from);
+            }
+            if count < u64::from(args.threshold.max(1)) || record.failing(from) < quorum {
                 return (
                     Reply::Closed { failures: count },
                     Some(Change::Count(count)),
@@ -297,7 +329,7 @@ fn operate(
             open(record, last_generation, args, 0, now)
         }
         Op::Reset => {
-            if record.opening.is_none() && record.failures.take().is_some() {
+            if record.opening.is_none() && record.forget_failures() {
                 return (record.state(now), Some(Change::Count(0)));
             }
             (record.state(now), None)
@@ -305,6 +337,18 @@ fn operate(
         Op::Open => match &record.opening {
             Some(o) if o.generation != args.known_generation || record.open_until.is_some() => {
                 (record.state(now), None)
+            }
+            // A new opening needs `quorum` instances failing; below it,
+            // the caller's opening is a vote, for its open period and the
+            // probe lease.
+            None if record.failing(from) < quorum => {
+                let until = after(now, args.open_ms.max(1).saturating_add(lease_ms));
+                record.votes.retain(|(who, _)| *who != from);
+                record.votes.push((from, until));
+                let declined = Reply::Declined {
+                    failures: record.failures(),
+                };
+                (declined, None)
             }
             _ => open(record, last_generation, args, args.attempt, now),
         },
@@ -414,7 +458,8 @@ fn open(
     if args.min_open_ms > 0 && record.min_open_until.is_none() {
         record.min_open_until = Some(after(now, args.min_open_ms));
     }
-    record.failures = None;
+    record.forget_failures();
+    record.votes.clear();
     record.lease = None;
     let reply = Reply::Open {
         generation,

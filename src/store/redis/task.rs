@@ -1,35 +1,41 @@
-//! The store's background task: it alone talks to Redis.
+//! The store's background task: it alone talks to Redis (its subscriber
+//! aside).
 //!
-//! It drains the write queue (every write of a batch in flight at once on
-//! one multiplexed connection), reads back the state of every attached key
-//! each refresh interval (and of newly attached keys at once, a burst of
-//! them in one round), takes pub/sub messages from the subscriber task,
-//! and tries the probe lock when a key's open period ends. Every answer goes
-//! back into the local breakers through the `fleet_*` transitions. Every
-//! exchange has a timeout; a failed or garbled exchange marks Redis
-//! unavailable until one succeeds again.
+//! It drains the write queue (every write of a batch in flight at once),
+//! checks the index shards' versions each refresh interval and reads the
+//! shards whose version moved, takes the subscriber's messages, and tries
+//! the probe lock when a key's open period ends. What it learns goes into
+//! its [`View`] and, where a breaker's state changed, into the local
+//! breakers through the `fleet_*` transitions.
+//!
+//! Every exchange has a timeout, and each is bounded whatever the number
+//! of keys and whatever is open: the versions are one small read, a
+//! shard's index is read a page (about [`PAGE`](super::script::PAGE) entries) at a time, a
+//! batch of writes is at most [`BATCH`] calls. A version check or a write
+//! that fails or times out marks Redis unavailable until one succeeds
+//! again; a page of the index that is merely slow is read again at the
+//! next refresh.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use futures_util::StreamExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
-use redis::{RedisError, RedisResult, Script, ScriptInvocation, Value};
+use redis::{RedisError, RedisResult};
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::{timeout, Instant};
 
-use super::keys::{self, Keys};
-use super::script::{invocation, script};
-use super::{Inner, StoreError, StoreEvent};
+use super::conn::{garbage, timed_out, Backend, Conn};
+use super::keys::{self, Keys, Shard};
+use super::pubsub::{subscriber, Listen, Message, Source};
+use super::schedule::Schedule;
+use super::script::{invocation, read_invocation, Publish, Scripts};
+use super::view::{version_of, Known, ShardRead, View};
+use super::{Inner, StoreEvent};
 use crate::breaker::shared::Shared;
 use crate::millis::millis;
-use crate::store::fleet::{Args, LocalBreakers, Op, Queue, Reply, Write};
+use crate::store::fleet::{settle, Args, LocalBreakers, Op, Queue, Reply, Write};
 
 /// A breaker to share, sent by [`RedisStore::attach`](super::RedisStore::attach).
 pub(crate) struct Attached {
@@ -44,226 +50,78 @@ pub(crate) struct Timing {
     pub(crate) command_timeout: Duration,
 }
 
-struct Names {
-    prefix: String,
-    channel: String,
-    instance: String,
+/// A shard's index being read, page by page.
+struct Scan {
+    shard: u16,
+    /// Where the next page starts.
+    cursor: u64,
+    /// The pages read so far.
+    read: Option<ShardRead>,
 }
 
-/// Where Redis is.
-pub(crate) enum Backend {
-    Single(redis::Client),
-    /// The cluster, and its first node for pub/sub (a Cluster delivers every
-    /// message to subscribers on any node).
-    Cluster(Box<ClusterClient>, redis::Client),
-}
-
-impl Backend {
-    pub(crate) fn new(
-        urls: &[String],
-        cluster: bool,
-        timeout: Duration,
-    ) -> Result<Self, StoreError> {
-        let bad_url = |url: &str, e: RedisError| StoreError::Url {
-            url: url.to_owned(),
-            reason: e.to_string(),
-        };
-        let first = urls.first().map(String::as_str).unwrap_or_default();
-        let client = redis::Client::open(first).map_err(|e| bad_url(first, e))?;
-        if !cluster {
-            return Ok(Backend::Single(client));
-        }
-        for url in urls {
-            redis::Client::open(url.as_str()).map_err(|e| bad_url(url, e))?;
-        }
-        let cluster = ClusterClient::builder(urls.iter().map(String::as_str))
-            .connection_timeout(timeout)
-            .response_timeout(timeout)
-            .retries(1)
-            .build()
-            .map_err(|e| bad_url(first, e))?;
-        Ok(Backend::Cluster(Box::new(cluster), client))
-    }
-
-    async fn connect(&self, limit: Duration) -> RedisResult<Conn> {
-        let attempt = async {
-            match self {
-                Backend::Single(client) => {
-                    let config = ConnectionManagerConfig::new()
-                        .set_connection_timeout(limit)
-                        .set_response_timeout(limit)
-                        .set_number_of_retries(1);
-                    client
-                        .get_connection_manager_with_config(config)
-                        .await
-                        .map(Conn::Single)
-                }
-                Backend::Cluster(cluster, _) => cluster
-                    .get_async_connection()
-                    .await
-                    .map(|c| Conn::Cluster(Box::new(c))),
-            }
-        };
-        match timeout(limit, attempt).await {
-            Ok(result) => result,
-            Err(_) => Err(timed_out()),
-        }
-    }
-
-    fn pubsub_client(&self) -> redis::Client {
-        match self {
-            Backend::Single(client) | Backend::Cluster(_, client) => client.clone(),
-        }
-    }
-}
-
-fn timed_out() -> RedisError {
-    RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "Redis did not answer in time",
-    ))
-}
-
-fn garbage(what: &str) -> RedisError {
-    RedisError::from((
-        redis::ErrorKind::TypeError,
-        "unexpected answer from Redis",
-        what.to_owned(),
-    ))
-}
-
-/// A connection that reconnects by itself; clones share it.
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(Box<ClusterConnection>),
-}
-
-impl Conn {
-    async fn invoke(&mut self, call: &ScriptInvocation<'_>) -> RedisResult<Value> {
-        match self {
-            Conn::Single(c) => call.invoke_async(c).await,
-            Conn::Cluster(c) => call.invoke_async(c.as_mut()).await,
-        }
-    }
-
-    async fn pipe(&mut self, pipe: &redis::Pipeline) -> RedisResult<Value> {
-        match self {
-            Conn::Single(c) => pipe.query_async(c).await,
-            Conn::Cluster(c) => pipe.query_async(c.as_mut()).await,
-        }
-    }
-
-    async fn ping(&mut self) -> RedisResult<()> {
-        let reply: String = match self {
-            Conn::Single(c) => redis::cmd("PING").query_async(c).await?,
-            Conn::Cluster(c) => redis::cmd("PING").query_async(c.as_mut()).await?,
-        };
-        if reply == "PONG" {
-            Ok(())
-        } else {
-            Err(garbage(&reply))
-        }
-    }
-}
-
-/// What the subscriber task passes on.
-enum Message {
-    /// (Re)subscribed: messages may have been missed; refresh.
-    Subscribed,
-    Open {
-        escaped: String,
-        generation: u64,
-        left_ms: u64,
-        attempt: u32,
-    },
-    Close {
-        escaped: String,
-        generation: u64,
-    },
-}
-
-impl Message {
-    fn parse(payload: &str) -> Option<Message> {
-        let mut words = payload.split(' ');
-        let kind = words.next()?;
-        let generation = words.next()?.parse().ok()?;
-        let message = match kind {
-            "open" => {
-                let left_ms = words.next()?.parse().ok()?;
-                let attempt = words.next()?.parse().ok()?;
-                Message::Open {
-                    escaped: words.next()?.to_owned(),
-                    generation,
-                    left_ms,
-                    attempt,
-                }
-            }
-            "close" => Message::Close {
-                escaped: words.next()?.to_owned(),
-                generation,
-            },
-            _ => return None,
-        };
-        words.next().is_none().then_some(message)
-    }
-}
-
-/// Subscribes to the channel, forever: reconnects after a pause whenever
-/// the subscription ends.
-async fn subscriber(
-    client: redis::Client,
-    channel: String,
-    messages: mpsc::Sender<Message>,
-    pause: Duration,
-    limit: Duration,
-) {
-    loop {
-        if let Ok(Ok(mut pubsub)) = timeout(limit, client.get_async_pubsub()).await {
-            if let Ok(Ok(())) = timeout(limit, pubsub.subscribe(&channel)).await {
-                if messages.send(Message::Subscribed).await.is_err() {
-                    return;
-                }
-                let mut stream = pubsub.into_on_message();
-                while let Some(msg) = stream.next().await {
-                    let Ok(payload) = msg.get_payload::<String>() else {
-                        continue;
-                    };
-                    if let Some(message) = Message::parse(&payload) {
-                        if messages.send(message).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        }
-        tokio::time::sleep(pause).await;
-    }
-}
-
-/// An attached key: its Redis key names, made once, and its local
-/// breakers.
+/// An attached key: its shard, and its local breakers.
 struct Entry {
-    keys: Keys,
+    shard: u16,
     local: LocalBreakers,
 }
 
 pub(crate) struct Task {
     backend: Backend,
     conn: Option<Conn>,
-    script: Script,
+    /// The connection the versions are read on, a connection of their own:
+    /// on the other, the versions would wait behind this instance's own
+    /// scripts (a burst of probe-lock attempts, a script Redis holds back),
+    /// and a busy Redis would read as a down one.
+    check_conn: Option<Conn>,
+    /// Batches of writes not answered in time since the last that was.
+    slow_streak: u32,
+    scripts: Scripts,
     inner: Weak<Inner>,
     queue: Arc<Queue>,
     attached: mpsc::UnboundedReceiver<Attached>,
     timing: Timing,
-    names: Names,
+    prefix: String,
+    instance: String,
+    shards: u16,
+    /// The single server's channel; `None` on a Cluster (each shard has
+    /// its own).
+    channel: Option<String>,
+    shard_keys: Vec<Shard>,
+    version_keys: Vec<String>,
     events: broadcast::Sender<StoreEvent>,
     entries: HashMap<Arc<str>, Entry>,
-    /// Keys attached since the last read of their state.
-    fresh: Vec<Arc<str>>,
+    /// Keys whose next try at the probe lock is scheduled, and when.
+    scheduled: Schedule,
+    view: View,
+    /// The shards whose reads are under way; empty between refreshes.
+    scans: Vec<Scan>,
+    /// Whether every shard of the refresh under way was read.
+    scan_whole: bool,
+    /// Every attached breaker is to learn the view's state of its key at
+    /// the next whole read: at the first, after Redis was unavailable, and
+    /// after writes were dropped (an opening among them would otherwise
+    /// never be shared).
+    resync: bool,
+    /// Dropped writes when last looked at.
+    dropped_seen: u64,
+    /// Entries when they were last swept of breakers gone.
+    swept_at: usize,
     /// Whether Redis counts as available; `None` before the first exchange.
     available: Option<bool>,
 }
+
+/// What a batch sent to Redis carries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Exchange {
+    /// Queued writes: counts, openings, probe results.
+    Writes,
+    /// Tries at the probe locks of keys whose open periods ended.
+    ProbeLocks,
+}
+
+/// Batches of writes not answered in time, in a row, that make Redis
+/// count as down even while the versions are answered.
+const SLOW_STREAK: u32 = 3;
 
 /// Writes carried out in one batch, at most.
 const BATCH: usize = 256;
@@ -277,50 +135,74 @@ impl Task {
         attached: mpsc::UnboundedReceiver<Attached>,
         timing: Timing,
     ) -> Self {
+        let shards = inner.shards;
+        let shard_keys: Vec<Shard> = (0..shards)
+            .map(|s| Shard::new(&inner.prefix, s, shards))
+            .collect();
+        let channel = (!backend.is_cluster()).then(|| keys::channel(&inner.prefix));
         Task {
-            backend,
             conn: None,
-            script: script(),
+            check_conn: None,
+            slow_streak: 0,
+            scripts: Scripts::new(),
             inner: Arc::downgrade(inner),
             queue: Arc::clone(&inner.queue),
             attached,
             timing,
-            names: Names {
-                prefix: inner.prefix.clone(),
-                channel: keys::channel(&inner.prefix),
-                instance: inner.instance.clone(),
-            },
+            prefix: inner.prefix.clone(),
+            instance: inner.instance.clone(),
+            shards,
+            channel,
+            version_keys: shard_keys.iter().map(|s| s.version.clone()).collect(),
+            shard_keys,
             events: inner.events.clone(),
             entries: HashMap::new(),
-            fresh: Vec::new(),
+            scheduled: Schedule::default(),
+            view: View::new(shards),
+            scans: Vec::new(),
+            scan_whole: true,
+            resync: true,
+            dropped_seen: 0,
+            swept_at: 0,
             available: None,
+            backend,
+        }
+    }
+
+    fn listen(&self) -> Listen {
+        let (source, channels) = match &self.backend {
+            Backend::Single(client) => (
+                Source::Single(client.clone()),
+                vec![keys::channel(&self.prefix)],
+            ),
+            Backend::Cluster { urls, .. } => (
+                Source::Cluster(urls.clone()),
+                self.shard_keys.iter().map(|s| s.channel.clone()).collect(),
+            ),
+        };
+        Listen {
+            source,
+            channels,
+            every: self.timing.refresh,
+            limit: self.timing.command_timeout,
         }
     }
 
     pub(crate) async fn run(mut self) {
         let (tx, mut messages) = mpsc::channel(1024);
-        let subscriber = tokio::spawn(subscriber(
-            self.backend.pubsub_client(),
-            self.names.channel.clone(),
-            tx,
-            self.timing.refresh,
-            self.timing.command_timeout,
-        ));
+        let subscriber = tokio::spawn(subscriber(self.listen(), tx));
         let _stop_subscriber = AbortOnDrop(subscriber.abort_handle());
         let mut next_refresh = Instant::now();
         loop {
             let wake = self
-                .entries
-                .values()
-                .filter_map(|e| e.local.next_probe)
-                .fold(next_refresh, Instant::min);
+                .scheduled
+                .next()
+                .map_or(next_refresh, |at| at.min(next_refresh));
             tokio::select! {
                 attached = self.attached.recv() => match attached {
                     // Every store handle is gone.
                     None => return,
                     Some(attached) => {
-                        // A burst of attachments (a registry warming up)
-                        // is read back in one round, not one each.
                         self.add(attached);
                         while let Ok(attached) = self.attached.try_recv() {
                             self.add(attached);
@@ -337,28 +219,48 @@ impl Task {
             }
             if Instant::now() >= next_refresh {
                 self.refresh().await;
-                next_refresh = Instant::now() + self.timing.refresh;
-            } else if !self.fresh.is_empty() {
-                // Only the new keys: the others were read at the last
-                // refresh, and messages keep them current.
-                let fresh = std::mem::take(&mut self.fresh);
-                self.read_back(fresh).await;
+                // A read in pages goes on at once, once what else is due
+                // (writes, messages, probe locks) had its turn.
+                next_refresh = if self.scans.is_empty() {
+                    Instant::now() + self.timing.refresh
+                } else {
+                    Instant::now()
+                };
             }
             self.probe_due().await;
         }
     }
 
+    /// A breaker attached: it learns its key's state from the view at
+    /// once, if the view holds its shard (otherwise at the first read).
     fn add(&mut self, attached: Attached) {
-        let prefix = &self.names.prefix;
+        let shard = keys::shard_of(&attached.escaped, self.shards);
         let entry = self
             .entries
             .entry(Arc::clone(&attached.escaped))
             .or_insert_with(|| Entry {
-                keys: Keys::new(prefix, &attached.escaped),
+                shard,
                 local: LocalBreakers::default(),
             });
         entry.local.breakers.push(attached.breaker);
-        self.fresh.push(attached.escaped);
+        if !self.resync && !self.is_down() && self.view.has_read(shard) {
+            let reply = self.view.reply(shard, &attached.escaped, Instant::now());
+            self.apply(&attached.escaped, reply);
+        }
+        self.sweep(false);
+    }
+
+    /// Forgets keys whose breakers are all gone: at once with `now`,
+    /// otherwise once there are twice as many as after the last sweep (a
+    /// registry evicting keys leaves no trail here).
+    fn sweep(&mut self, now: bool) {
+        if !now && self.entries.len() < self.swept_at.saturating_mul(2).max(64) {
+            return;
+        }
+        self.entries.retain(|_, e| e.local.prune());
+        let entries = &self.entries;
+        self.scheduled.retain(|name| entries.contains_key(name));
+        self.swept_at = self.entries.len();
     }
 
     /// The connection, made if need be.
@@ -371,8 +273,24 @@ impl Task {
         Ok(conn)
     }
 
+    /// The connection the versions are read on, made if need be.
+    async fn check_conn(&mut self) -> RedisResult<Conn> {
+        if let Some(conn) = &self.check_conn {
+            return Ok(conn.clone());
+        }
+        let conn = self.backend.connect(self.timing.command_timeout).await?;
+        self.check_conn = Some(conn.clone());
+        Ok(conn)
+    }
+
     fn stats(&self) -> Option<Arc<Inner>> {
         self.inner.upgrade()
+    }
+
+    fn count(&self, counter: impl Fn(&super::Stats) -> &std::sync::atomic::AtomicU64, n: u64) {
+        if let Some(inner) = self.stats() {
+            counter(&inner.stats).fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     fn mark_down(&mut self, error: &RedisError) {
@@ -381,6 +299,9 @@ impl Task {
         // never told so, and would time out for as long as the kernel keeps
         // its socket.
         self.conn = None;
+        self.check_conn = None;
+        self.slow_streak = 0;
+        self.scans.clear();
         if let Some(inner) = self.stats() {
             inner.stats.available.store(false, Ordering::Relaxed);
             if self.available == Some(false) {
@@ -409,6 +330,11 @@ impl Task {
         #[cfg(feature = "metrics")]
         crate::metrics::store_available(true);
         if self.available.replace(true) == Some(false) {
+            // What the view held may be stale (Redis may even have
+            // restarted empty): read everything again, and tell every
+            // breaker.
+            self.view.clear();
+            self.resync = true;
             tracing::info!(store = "redis", "shared breaker state available again");
             let _ = self.events.send(StoreEvent::Restored);
         }
@@ -422,9 +348,11 @@ impl Task {
     /// outcomes stay local. (Replayed later, they would reopen the fleet
     /// for an outage that may be over; the resync shares what is still
     /// open instead.)
-    fn drop_queued(&self) {
+    fn drop_queued(&mut self) {
         let dropped = self.queue.take(usize::MAX).len() as u64;
         self.queue.dropped.fetch_add(dropped, Ordering::Relaxed);
+        // Counted as seen: the resync after Redis returns covers them.
+        self.dropped_seen = self.queue.dropped.load(Ordering::Relaxed);
     }
 
     /// Carries out queued writes, a batch at a time; while Redis is down,
@@ -438,133 +366,267 @@ impl Task {
             return;
         }
         let n = batch.len() as u64;
-        let sent = self.send(batch).await;
-        if let Some(inner) = self.stats() {
-            let counter = if sent {
-                &inner.stats.writes
-            } else {
-                &inner.stats.failed_writes
-            };
-            counter.fetch_add(n, Ordering::Relaxed);
-        }
-        if sent {
+        let sent = self.send(batch, Exchange::Writes).await;
+        self.count(|s| if sent { &s.writes } else { &s.failed_writes }, n);
+        if !self.is_down() {
             // More may be waiting: come back at once.
             self.queue.notify.notify_one();
         }
     }
 
-    /// Reads back the state of every attached key, all reads in flight at
-    /// once; with no key, checks that Redis answers.
+    /// One step of a refresh. A refresh reads the shards' versions (one
+    /// small read, the check that Redis answers), then the shards whose
+    /// version moved, in pages: each step reads one page of every shard
+    /// still being read, all in flight at once, so that no exchange grows
+    /// with what the index holds, and the task comes back to its writes,
+    /// messages and probe locks between pages. The breakers learn what
+    /// changed as each shard's read completes.
     async fn refresh(&mut self) {
-        self.fresh.clear();
-        self.entries.retain(|_, e| e.local.prune());
-        if self.entries.is_empty() {
-            let mut conn = match self.conn().await {
+        let conn = match self.conn().await {
+            Ok(conn) => conn,
+            Err(e) => return self.mark_down(&e),
+        };
+        let mut changed = Vec::new();
+        if self.scans.is_empty() {
+            let dropped = self.queue.dropped.load(Ordering::Relaxed);
+            if dropped != self.dropped_seen {
+                self.dropped_seen = dropped;
+                self.resync = true;
+            }
+            let mut check = match self.check_conn().await {
                 Ok(conn) => conn,
                 Err(e) => return self.mark_down(&e),
             };
-            return match timeout(self.timing.command_timeout, conn.ping()).await {
-                Ok(Ok(())) => self.mark_up(),
-                Ok(Err(e)) => self.mark_down(&e),
-                Err(_) => self.mark_down(&timed_out()),
-            };
+            let versions =
+                match timeout(self.timing.command_timeout, check.mget(&self.version_keys)).await {
+                    Ok(Ok(versions)) => versions,
+                    Ok(Err(e)) => return self.mark_down(&e),
+                    Err(_) => return self.mark_down(&timed_out()),
+                };
+            self.mark_up();
+            self.scan_whole = true;
+            for shard in 0..self.shards {
+                match versions.get(usize::from(shard)).and_then(version_of) {
+                    Some(version) if !self.view.is_behind(shard, version) => {}
+                    // A shard that never changed has nothing in its index:
+                    // nothing to read.
+                    Some(0) => changed.extend(
+                        self.view
+                            .install(shard, ShardRead::empty())
+                            .into_iter()
+                            .map(|name| (shard, name)),
+                    ),
+                    // Moved, or not a version: read the shard, which says
+                    // what it is.
+                    _ => self.scans.push(Scan {
+                        shard,
+                        cursor: 0,
+                        read: None,
+                    }),
+                }
+            }
         }
-        let names: Vec<Arc<str>> = self.entries.keys().cloned().collect();
-        self.read_back(names).await;
+        if !self.scans.is_empty() {
+            match self.read_pages(&conn).await {
+                Ok(installed) => changed.extend(installed),
+                Err(e) => return self.mark_down(&e),
+            }
+        }
+        let done = self.scans.is_empty();
+        if done && self.scan_whole {
+            self.count(|s| &s.refreshes, 1);
+        }
+        self.view.prune();
+        let now = Instant::now();
+        if self.resync && self.view.is_whole() {
+            self.resync = false;
+            self.sweep(true);
+            let names: Vec<(u16, Arc<str>)> = self
+                .entries
+                .iter()
+                .map(|(name, e)| (e.shard, Arc::clone(name)))
+                .collect();
+            for (shard, name) in names {
+                let reply = self.view.reply(shard, &name, now);
+                self.apply(&name, reply);
+            }
+            return;
+        }
+        // Once a refresh is over, open keys whose breakers here follow
+        // nothing (held by an operator, or closed here in that generation)
+        // are told again, as later news would: an operator's release lets
+        // them follow.
+        let idle: Vec<(u16, Arc<str>)> = if done {
+            self.view
+                .open()
+                .filter(|(_, name)| {
+                    self.entries
+                        .get(*name)
+                        .is_some_and(|e| e.local.next_probe.is_none())
+                })
+                .map(|(s, n)| (s, Arc::clone(n)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for (shard, name) in changed.into_iter().chain(idle) {
+            if self.entries.contains_key(&name) {
+                let reply = self.view.reply(shard, &name, now);
+                self.apply(&name, reply);
+            }
+        }
     }
 
-    /// Reads back the state of the attached keys `names`, all reads in
-    /// flight at once, and applies it; whether Redis answered.
-    async fn read_back(&mut self, names: Vec<Arc<str>>) -> bool {
-        let conn = match self.conn().await {
-            Ok(conn) => conn,
-            Err(e) => {
-                self.mark_down(&e);
-                return false;
-            }
-        };
-        let mut names: Vec<Arc<str>> = names
-            .into_iter()
-            .filter(|name| self.entries.contains_key(name))
+    /// Reads the next page of every shard being read, all in flight at
+    /// once, under one command timeout; installs the shards whose last
+    /// page came, and returns the breakers whose state changed. A page
+    /// that is merely slow ends the shard's read, which the next refresh
+    /// makes again: Redis answered the versions in time, and is not
+    /// down. An error about the shard's data skips it; any other error is
+    /// returned (Redis is down).
+    async fn read_pages(&mut self, conn: &Conn) -> RedisResult<Vec<(u16, Arc<str>)>> {
+        let scans = std::mem::take(&mut self.scans);
+        let calls: Vec<_> = scans
+            .iter()
+            .map(|scan| {
+                let shard = &self.shard_keys[usize::from(scan.shard)];
+                read_invocation(&self.scripts, shard, scan.cursor)
+            })
             .collect();
-        // A key attached twice (two breakers of one name) is read once.
-        names.sort_unstable();
-        names.dedup();
-        let futures = names.iter().map(|name| {
-            let keys = &self.entries[name].keys;
-            let mut pipe = redis::pipe();
-            pipe.cmd("HMGET")
-                .arg(&keys.record)
-                .arg("gen")
-                .arg("attempt");
-            pipe.cmd("PTTL").arg(&keys.wait);
-            pipe.cmd("GET").arg(&keys.failures);
+        let reads = calls.iter().map(|call| {
             let mut conn = conn.clone();
-            async move { conn.pipe(&pipe).await }
+            async move { conn.invoke(call).await }
         });
-        let replies = match timeout(self.timing.command_timeout, join_all(futures)).await {
-            Ok(replies) => replies,
-            Err(_) => {
-                self.mark_down(&timed_out());
-                return false;
-            }
+        let Ok(replies) = timeout(self.timing.command_timeout, join_all(reads)).await else {
+            self.slow_read(scans.len());
+            return Ok(Vec::new());
         };
-        let replies = replies
-            .into_iter()
-            .map(|r| r.and_then(|v| read_state(&v).ok_or_else(|| garbage(&format!("{v:?}")))));
-        let parsed = match self.sort_replies(names.into_iter().zip(replies)) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                self.mark_down(&e);
-                return false;
+        let at = Instant::now();
+        let mut changed = Vec::new();
+        let mut slow = 0;
+        for (scan, reply) in scans.into_iter().zip(replies) {
+            let shard = scan.shard;
+            match reply.map(|v| ShardRead::parse(&v, at).ok_or(v)) {
+                Ok(Ok((page, cursor))) => {
+                    let read = match scan.read {
+                        Some(mut read) => {
+                            read.extend(page);
+                            read
+                        }
+                        None => page,
+                    };
+                    if cursor != 0 {
+                        self.scans.push(Scan {
+                            shard,
+                            cursor,
+                            read: Some(read),
+                        });
+                        continue;
+                    }
+                    self.count(|s| &s.index_reads, 1);
+                    self.count(|s| &s.key_errors, read.unreadable);
+                    changed.extend(
+                        self.view
+                            .install(shard, read)
+                            .into_iter()
+                            .map(|name| (shard, name)),
+                    );
+                }
+                Ok(Err(v)) => return Err(garbage(&format!("{v:?}"))),
+                // The connection's own response timeout: slow, as above.
+                Err(e) if e.is_timeout() => slow += 1,
+                Err(e) if concerns_one_key(&e) => {
+                    tracing::debug!(store = "redis", shard, error = %e, "unusable index shard");
+                    self.count(|s| &s.key_errors, 1);
+                    self.scan_whole = false;
+                }
+                Err(e) => return Err(e),
             }
-        };
-        self.mark_up();
-        if let Some(inner) = self.stats() {
-            inner.stats.refreshes.fetch_add(1, Ordering::Relaxed);
         }
-        for (name, reply) in parsed {
-            self.apply(&name, reply);
+        if slow > 0 {
+            self.slow_read(slow);
         }
-        true
+        Ok(changed)
+    }
+
+    /// `shards` shards' reads that took longer than the command timeout.
+    fn slow_read(&mut self, shards: usize) {
+        self.scan_whole = false;
+        self.count(|s| &s.slow_reads, 1);
+        tracing::debug!(store = "redis", shards, "index read timed out");
     }
 
     /// Tries the probe lock of every key whose time has come.
     async fn probe_due(&mut self) {
         if self.is_down() {
             // The holds run out by themselves; local breakers probe.
-            for entry in self.entries.values_mut() {
-                entry.local.next_probe = None;
+            for name in self.scheduled.take_all() {
+                if let Some(entry) = self.entries.get_mut(&name) {
+                    entry.local.next_probe = None;
+                }
             }
             return;
         }
         let now = Instant::now();
         let lease_ms = millis(self.timing.lease);
-        let batch: Vec<Write> = self
-            .entries
-            .iter_mut()
-            .filter(|(_, e)| e.local.next_probe.is_some_and(|at| at <= now))
-            .map(|(name, e)| {
-                e.local.next_probe = None;
-                Write {
-                    key: Arc::clone(name),
-                    op: Op::Probe,
-                    args: Args {
-                        lease_ms,
-                        ..Args::default()
-                    },
-                }
-            })
-            .collect();
-        if batch.is_empty() {
-            return;
+        let due = self.scheduled.take_due(now);
+        let mut batch = Vec::with_capacity(due.len());
+        for name in due {
+            let Some(entry) = self.entries.get_mut(&name) else {
+                continue;
+            };
+            entry.local.next_probe = None;
+            // A key whose breakers are all gone would hold the lock with
+            // nothing to probe.
+            if !entry.local.prune() {
+                continue;
+            }
+            batch.push(Write {
+                key: name,
+                op: Op::Probe,
+                args: Args {
+                    lease_ms,
+                    ..Args::default()
+                },
+            });
         }
-        self.send(batch).await;
+        // In batches, as queued writes are: a round of many keys ending at
+        // once (a fleet with a thousand keys open) is no one exchange.
+        while !batch.is_empty() {
+            let rest = batch.split_off(batch.len().min(BATCH));
+            if !self.send(batch, Exchange::ProbeLocks).await {
+                if !self.is_down() {
+                    // Slow: the keys not yet sent try again shortly.
+                    let again = Instant::now() + self.timing.command_timeout;
+                    for write in rest {
+                        if let Some(entry) = self.entries.get_mut(&write.key) {
+                            entry.local.next_probe = Some(again);
+                            self.reschedule(&write.key);
+                        }
+                    }
+                }
+                return;
+            }
+            batch = rest;
+        }
     }
 
     /// Carries out `batch`, every call in flight at once, and applies the
-    /// answers; false (and Redis marked down) if any failed.
-    async fn send(&mut self, batch: Vec<Write>) -> bool {
+    /// answers; false if any failed (and Redis is marked down), or, for
+    /// probe-lock attempts, if any was not answered in time.
+    ///
+    /// A fleet's instances race for the probe locks of the keys whose open
+    /// periods end together, every instance at once: M instances times the
+    /// keys due, a burst that can keep a busy Redis from answering a batch
+    /// within the timeout while it is anything but down. A lock attempt not
+    /// answered in time is therefore counted as slow
+    /// ([`StoreStats::slow_lock_rounds`](super::StoreStats::slow_lock_rounds))
+    /// and not retried: the key's local breaker keeps its hold, learns of
+    /// the winner's probe by pub/sub, and probes on its own if the hold runs
+    /// out first (should the attempt have won the lock after all, the lease
+    /// frees it). Whether Redis is down, the next version check says.
+    async fn send(&mut self, batch: Vec<Write>, exchange: Exchange) -> bool {
+        let locks = exchange == Exchange::ProbeLocks;
         let conn = match self.conn().await {
             Ok(conn) => conn,
             Err(e) => {
@@ -572,37 +634,48 @@ impl Task {
                 return false;
             }
         };
-        // An attached key's names are made once; a write may come before
-        // its key is attached.
-        let keyed: Vec<(Cow<'_, Keys>, &Write)> = batch
+        let publish = Publish {
+            channel: self.channel.as_deref(),
+        };
+        let calls: Vec<_> = batch
             .iter()
-            .map(|w| match self.entries.get(&w.key) {
-                Some(entry) => (Cow::Borrowed(&entry.keys), w),
-                None => (Cow::Owned(Keys::new(&self.names.prefix, &w.key)), w),
+            .map(|w| {
+                let keys = Keys::new(&self.prefix, &w.key, self.shards);
+                let names = (publish, &*w.key, self.instance.as_str());
+                invocation(&self.scripts, &keys, w.op, names, &w.args)
             })
             .collect();
-        let (channel, instance, script) = (
-            self.names.channel.as_str(),
-            self.names.instance.as_str(),
-            &self.script,
-        );
-        let futures = keyed.iter().map(|(keys, w)| {
+        let futures = calls.iter().map(|call| {
             let mut conn = conn.clone();
-            let call = invocation(script, keys, w.op, (channel, &w.key, instance), &w.args);
-            async move { conn.invoke(&call).await }
+            async move { conn.invoke(call).await }
         });
         let replies = match timeout(self.timing.command_timeout, join_all(futures)).await {
             Ok(replies) => replies,
+            Err(_) if locks => {
+                self.count(|s| &s.slow_lock_rounds, 1);
+                return false;
+            }
             Err(_) => {
-                self.mark_down(&timed_out());
+                self.slow_or_down().await;
                 return false;
             }
         };
-        let replies = replies
-            .into_iter()
-            .map(|r| r.and_then(|v| Reply::parse(&v).ok_or_else(|| garbage(&format!("{v:?}")))));
-        let names = batch.iter().map(|w| Arc::clone(&w.key));
-        let parsed = match self.sort_replies(names.zip(replies)) {
+        let mut answered = Vec::with_capacity(replies.len());
+        let mut slow = false;
+        for (write, reply) in batch.iter().zip(replies) {
+            match reply {
+                // The connection's own response timeout, as above.
+                Err(e) if e.is_timeout() => slow = true,
+                reply => answered.push((
+                    Arc::clone(&write.key),
+                    reply.and_then(|v| Reply::parse(&v).ok_or_else(|| garbage(&format!("{v:?}")))),
+                )),
+            }
+        }
+        if slow && locks {
+            self.count(|s| &s.slow_lock_rounds, 1);
+        }
+        let parsed = match self.sort_replies(answered.into_iter()) {
             Ok(parsed) => parsed,
             Err(e) => {
                 self.mark_down(&e);
@@ -610,10 +683,50 @@ impl Task {
             }
         };
         self.mark_up();
-        for (escaped, reply) in parsed {
-            self.apply(&escaped, reply);
+        let now = Instant::now();
+        let mut answers = Vec::with_capacity(parsed.len());
+        for (name, (reply, version)) in parsed {
+            let shard = keys::shard_of(&name, self.shards);
+            self.view
+                .learn(shard, &name, version, Known::of(reply, now));
+            answers.push((name, reply));
         }
-        true
+        for (name, reply) in settle(answers) {
+            self.apply(&name, reply);
+        }
+        if !slow {
+            self.slow_streak = 0;
+        } else if !locks {
+            self.slow_or_down().await;
+        }
+        !slow
+    }
+
+    /// A batch of writes not answered in time. Redis is down if the
+    /// versions, asked on their own connection, are not answered in time
+    /// either, or if this is the [`SLOW_STREAK`]th such batch in a row (a
+    /// connection gone silent while another still answers); otherwise it
+    /// is busy (the fleet's own bursts, an instance's racing for many
+    /// locks, a script running long): the batch is counted slow
+    /// ([`StoreStats::slow_write_rounds`](super::StoreStats::slow_write_rounds)),
+    /// its writes as failed, and the queue goes on. Declaring a busy Redis
+    /// down would drop every queued write and make the instance share
+    /// again every opening it holds: more load on a Redis already behind.
+    async fn slow_or_down(&mut self) {
+        self.slow_streak += 1;
+        let answered = self.slow_streak < SLOW_STREAK
+            && match self.check_conn().await {
+                Ok(mut check) => matches!(
+                    timeout(self.timing.command_timeout, check.mget(&self.version_keys)).await,
+                    Ok(Ok(_))
+                ),
+                Err(_) => false,
+            };
+        if answered {
+            self.count(|s| &s.slow_write_rounds, 1);
+        } else {
+            self.mark_down(&timed_out());
+        }
     }
 
     /// The answers to apply. An error that concerns one key (an error
@@ -621,19 +734,17 @@ impl Task {
     /// that key) skips that key and is counted; any other error (the
     /// connection, a timeout, a protocol Redis does not speak) is returned:
     /// Redis is down.
-    fn sort_replies(
+    fn sort_replies<T>(
         &self,
-        replies: impl Iterator<Item = (Arc<str>, RedisResult<Reply>)>,
-    ) -> RedisResult<Vec<(Arc<str>, Reply)>> {
+        replies: impl Iterator<Item = (Arc<str>, RedisResult<T>)>,
+    ) -> RedisResult<Vec<(Arc<str>, T)>> {
         let mut parsed = Vec::new();
         for (name, reply) in replies {
             match reply {
                 Ok(reply) => parsed.push((name, reply)),
                 Err(e) if concerns_one_key(&e) => {
                     tracing::debug!(store = "redis", key = %name, error = %e, "unusable state in Redis");
-                    if let Some(inner) = self.stats() {
-                        inner.stats.key_errors.fetch_add(1, Ordering::Relaxed);
-                    }
+                    self.count(|s| &s.key_errors, 1);
                 }
                 Err(e) => return Err(e),
             }
@@ -641,33 +752,50 @@ impl Task {
         Ok(parsed)
     }
 
-    /// Returns whether a refresh is due.
+    /// Takes in a message; returns whether a refresh is due.
     fn on_message(&mut self, message: Message) -> bool {
-        if let Some(inner) = self.stats() {
-            inner.stats.messages.fetch_add(1, Ordering::Relaxed);
-        }
+        self.count(|s| &s.messages, 1);
+        let now = Instant::now();
         match message {
             Message::Subscribed => return true,
             Message::Open {
+                version,
                 escaped,
                 generation,
                 left_ms,
                 attempt,
+                keep_ms,
             } => {
-                let reply = Reply::Open {
+                let shard = keys::shard_of(&escaped, self.shards);
+                let known = Known::Open {
                     generation,
-                    left_ms,
                     attempt,
+                    open_until: now + Duration::from_millis(left_ms),
+                    kept_until: Some(now + Duration::from_millis(keep_ms)),
                 };
-                self.apply(&escaped, reply);
+                // Older than what the view holds (this instance's own
+                // answer came first): already told.
+                if self.view.heard(shard, &escaped, version, known) {
+                    let reply = Reply::Open {
+                        generation,
+                        left_ms,
+                        attempt,
+                    };
+                    self.apply(&escaped, reply);
+                }
             }
             Message::Close {
+                version,
                 escaped,
                 generation,
             } => {
-                if let Some(entry) = self.entries.get_mut(escaped.as_str()) {
-                    let breakers = entry.local.live();
-                    entry.local.close(&breakers, Some(generation), 0);
+                let shard = keys::shard_of(&escaped, self.shards);
+                if self.view.heard(shard, &escaped, version, Known::Closed) {
+                    if let Some(entry) = self.entries.get_mut(escaped.as_str()) {
+                        let breakers = entry.local.live();
+                        entry.local.close(&breakers, Some(generation), 0);
+                        self.reschedule(&escaped);
+                    }
                 }
             }
         }
@@ -683,52 +811,28 @@ impl Task {
             .local
             .apply(reply, self.timing.hold, self.timing.lease)
         {
-            if let Some(inner) = self.inner.upgrade() {
-                inner.stats.probe_locks_won.fetch_add(1, Ordering::Relaxed);
-            }
+            self.count(|s| &s.probe_locks_won, 1);
         }
+        self.reschedule(escaped);
+    }
+
+    /// Keeps `scheduled` in step with the key's next try at the lock.
+    fn reschedule(&mut self, escaped: &str) {
+        let Some((name, entry)) = self.entries.get_key_value(escaped) else {
+            return;
+        };
+        self.scheduled.set(name, entry.local.next_probe);
     }
 }
 
 /// Whether `error` is about one key's data rather than about Redis.
 fn concerns_one_key(error: &RedisError) -> bool {
-    use redis::ErrorKind::{ExecAbortError, ExtensionError, ResponseError, TypeError};
+    use redis::ErrorKind::{CrossSlot, ExecAbortError, ExtensionError, ResponseError, TypeError};
     matches!(
         error.kind(),
-        ResponseError | ExtensionError | TypeError | ExecAbortError
+        ResponseError | ExtensionError | TypeError | ExecAbortError | CrossSlot
     ) && !error.is_io_error()
         && !error.is_timeout()
-}
-
-/// A key's state from its bulk read: `[[gen, attempt], pttl(wait),
-/// failures]`.
-fn read_state(value: &Value) -> Option<Reply> {
-    let Value::Array(parts) = value else {
-        return None;
-    };
-    let [Value::Array(record), Value::Int(wait), failures] = parts.as_slice() else {
-        return None;
-    };
-    let number = |v: &Value| -> Option<Option<u64>> {
-        match v {
-            Value::Nil => Some(None),
-            Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok().map(Some),
-            Value::Int(i) => u64::try_from(*i).ok().map(Some),
-            _ => None,
-        }
-    };
-    let [generation, attempt] = record.as_slice() else {
-        return None;
-    };
-    let failures = number(failures)?.unwrap_or(0);
-    match (number(generation)?, number(attempt)?) {
-        (None, _) => Some(Reply::Closed { failures }),
-        (Some(generation), attempt) => Some(Reply::Open {
-            generation,
-            left_ms: u64::try_from(*wait).unwrap_or(0),
-            attempt: u32::try_from(attempt.unwrap_or(0)).ok()?,
-        }),
-    }
 }
 
 struct AbortOnDrop(tokio::task::AbortHandle);
@@ -736,64 +840,5 @@ struct AbortOnDrop(tokio::task::AbortHandle);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn messages_parse_strictly() {
-        assert!(matches!(
-            Message::parse("open 3 500 1 a%3Ab"),
-            Some(Message::Open { generation: 3, left_ms: 500, attempt: 1, ref escaped }) if escaped == "a%3Ab"
-        ));
-        assert!(matches!(
-            Message::parse("close 3 x"),
-            Some(Message::Close { generation: 3, .. })
-        ));
-        for garbage in [
-            "",
-            "open",
-            "open x 1 1 a",
-            "close 3",
-            "close 3 a b",
-            "shut 3 a",
-        ] {
-            assert!(Message::parse(garbage).is_none(), "{garbage:?}");
-        }
-    }
-
-    #[test]
-    fn bulk_reads_of_the_wrong_shape_are_garbage() {
-        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let closed = Value::Array(vec![
-            Value::Array(vec![Value::Nil, Value::Nil]),
-            Value::Int(-2),
-            bulk("2"),
-        ]);
-        assert_eq!(read_state(&closed), Some(Reply::Closed { failures: 2 }));
-        let open = Value::Array(vec![
-            Value::Array(vec![bulk("4"), bulk("1")]),
-            Value::Int(250),
-            Value::Nil,
-        ]);
-        assert_eq!(
-            read_state(&open),
-            Some(Reply::Open {
-                generation: 4,
-                left_ms: 250,
-                attempt: 1
-            })
-        );
-        let wrong = Value::Array(vec![Value::Okay, Value::Int(1), Value::Nil]);
-        assert_eq!(read_state(&wrong), None);
-        let text = Value::Array(vec![
-            Value::Array(vec![bulk("four"), bulk("1")]),
-            Value::Int(250),
-            Value::Nil,
-        ]);
-        assert_eq!(read_state(&text), None);
     }
 }
