@@ -116,6 +116,63 @@ async fn the_task_stops_when_the_breaker_is_dropped() {
     assert_eq!(upstream.probes(), 1, "no probe once the breaker is gone");
 }
 
+/// The probe service handed to the task, with a token that tells whether
+/// the task still holds it.
+#[derive(Clone)]
+struct Held {
+    upstream: Flaky,
+    _token: std::sync::Arc<()>,
+}
+
+impl tower::Service<u32> for Held {
+    type Response = u32;
+    type Error = BoxError;
+    type Future = <Flaky as tower::Service<u32>>::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        self.upstream.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: u32) -> Self::Future {
+        self.upstream.call(request)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_task_lets_go_of_its_probe_service_when_the_breaker_is_dropped_mid_wait() {
+    let config = Config::model_router()
+        .name("provider")
+        .trip(ConsecutiveFailures::new(1))
+        .build()
+        .unwrap();
+    let breaker = Breaker::new(config);
+    let upstream = Flaky::default();
+    let token = std::sync::Arc::new(());
+    let held = Held {
+        upstream: upstream.clone(),
+        _token: token.clone(),
+    };
+    assert!(breaker.probe_actively(held, || 0u32, ErrorsAsFailures));
+    let svc = CircuitBreaker::new(upstream.clone(), &breaker);
+    upstream.fail(true);
+    let _ = user_call(&svc).await;
+    assert_eq!(breaker.state(), State::Open);
+    // The task now waits for the open period's end, at least 10 s away.
+    sleep(Duration::from_secs(1)).await;
+    // The breaker keeps its prober, and the task a clone of the service.
+    assert_eq!(std::sync::Arc::strong_count(&token), 3);
+    drop(svc);
+    drop(breaker);
+    // Long before the period would have ended, the task is gone, and with
+    // it the user's probe service.
+    sleep(Duration::from_millis(1)).await;
+    assert_eq!(std::sync::Arc::strong_count(&token), 1);
+    assert_eq!(upstream.probes(), 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn gate_waiters_wake_when_the_probes_close_it() {
     let (breaker, svc, upstream) = tripped().await;

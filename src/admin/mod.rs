@@ -67,8 +67,8 @@
 //! `\u0026`, so that no document embedding them can mistake a name for
 //! markup. The page's own script and style carry a fresh nonce, and its
 //! `Content-Security-Policy` allows no other script: an inline handler that
-//! got through would not run either. Every answer says `nosniff` and
-//! `no-store`.
+//! got through would not run either. The page and the JSON say `nosniff`
+//! and `no-store`; the event stream, `no-cache`.
 //!
 //! # Events
 //!

@@ -134,3 +134,13 @@ impl Clones {
         wakers.into_iter().for_each(Waker::wake);
     }
 }
+
+impl Drop for Clones {
+    /// The breaker is gone. A service clone holds its breaker, so whatever
+    /// still waits here holds it only weakly (an active probe task): woken,
+    /// it finds the breaker gone and ends, rather than sleeping out the
+    /// open period with the user's probe service.
+    fn drop(&mut self) {
+        self.wake_all();
+    }
+}
