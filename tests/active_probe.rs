@@ -16,13 +16,17 @@ use common::Flaky;
 
 /// The model-router preset, tripping on one failure for brevity: open at
 /// least 10 s, a probe every 5 s, two successes close.
-fn setup() -> (Breaker, CircuitBreaker<Flaky>, Flaky) {
-    let config = Config::model_router()
+fn config() -> Config {
+    Config::model_router()
         .name("provider")
         .trip(ConsecutiveFailures::new(1))
         .build()
-        .unwrap();
-    let breaker = Breaker::new(config);
+        .unwrap()
+}
+
+/// A breaker on [`config`] probing actively, and a service through it.
+fn setup() -> (Breaker, CircuitBreaker<Flaky>, Flaky) {
+    let breaker = Breaker::new(config());
     let upstream = Flaky::default();
     assert!(breaker.probe_actively(upstream.clone(), || 0u32, ErrorsAsFailures));
     assert!(!breaker.probe_actively(upstream.clone(), || 0u32, ErrorsAsFailures));
@@ -143,12 +147,7 @@ impl tower::Service<u32> for Held {
 
 #[tokio::test(start_paused = true)]
 async fn the_task_lets_go_of_its_probe_service_when_the_breaker_is_dropped_mid_wait() {
-    let config = Config::model_router()
-        .name("provider")
-        .trip(ConsecutiveFailures::new(1))
-        .build()
-        .unwrap();
-    let breaker = Breaker::new(config);
+    let breaker = Breaker::new(config());
     let upstream = Flaky::default();
     let token = std::sync::Arc::new(());
     let held = Held {
