@@ -134,6 +134,27 @@ async fn all_in(fleet: &[Instance], state: State, what: &str) {
     eventually(what, || fleet.iter().all(|i| i.state() == state)).await;
 }
 
+/// Makes `server` hold back every write (scripts included) for `ms`
+/// milliseconds while it answers reads at once: busy, not down.
+async fn pause_writes(server: &RedisServer, ms: u64) {
+    let mut conn = connect(&server.url()).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(ms)
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// No instance of `fleet` has taken Redis for down.
+fn never_down(fleet: &[Instance]) {
+    for instance in fleet {
+        let stats = instance.store.stats();
+        assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
+    }
+}
+
 #[tokio::test]
 async fn failures_split_across_three_instances_open_all_three_by_pubsub() {
     let server = RedisServer::start();
@@ -1380,22 +1401,12 @@ async fn a_race_for_the_probe_lock_that_redis_answers_late_is_slow_not_down() {
     // Redis holds every script (the probe-lock attempts among them) past
     // the end of the open period, while it answers reads (the versions)
     // at once: busy, not down.
-    let mut conn = connect(&server.url()).await;
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(2500)
-        .arg("WRITE")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    pause_writes(&server, 2500).await;
     eventually("a round of lock attempts not answered in time", || {
         fleet.iter().any(|i| i.store.stats().slow_lock_rounds > 0)
     })
     .await;
-    for instance in &fleet {
-        let stats = instance.store.stats();
-        assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
-    }
+    never_down(&fleet);
     // Once Redis runs scripts again, the fleet goes on sharing: a probe
     // is let through, fails, and the reopening reaches both.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -1407,10 +1418,7 @@ async fn a_race_for_the_probe_lock_that_redis_answers_late_is_slow_not_down() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     all_in(&fleet, State::Open, "reopened").await;
-    for instance in &fleet {
-        let stats = instance.store.stats();
-        assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
-    }
+    never_down(&fleet);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1431,14 +1439,7 @@ async fn a_write_that_redis_answers_late_is_slow_not_down() {
     synced(&fleet).await;
     // Redis holds every script back for a while (the failure's count
     // among them) and answers reads at once: busy, not down.
-    let mut conn = connect(&server.url()).await;
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(1000)
-        .arg("WRITE")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    pause_writes(&server, 1000).await;
     assert_eq!(fleet[0].request().await, Answer::Failed);
     eventually("a batch of writes not answered in time", || {
         fleet[0].store.stats().slow_write_rounds > 0
@@ -1458,8 +1459,5 @@ async fn a_write_that_redis_answers_late_is_slow_not_down() {
         assert_ne!(fleet[1].request().await, Answer::Answered);
     }
     all_in(&fleet, State::Open, "the fleet open").await;
-    for instance in &fleet {
-        let stats = instance.store.stats();
-        assert_eq!(stats.unavailable_episodes, 0, "{stats:?}");
-    }
+    never_down(&fleet);
 }
