@@ -123,9 +123,10 @@ impl CircuitOpen {
     ///
     /// `Retry-After` holds whole seconds, rounded **up** (1.2 s gives `2`:
     /// rounding down would send clients back before the breaker admits
-    /// them), and **at least `1`**: a zero `retry_after` (half-open with
-    /// every probe in flight and no probe timeout, when the breaker cannot
-    /// tell) would otherwise invite an immediate retry that is refused again.
+    /// them), and **at least `1`**: a zero `retry_after` (the time the
+    /// refusal named has passed, or the probes in flight reach their
+    /// deadline that instant) would otherwise invite an immediate retry,
+    /// which may well be refused again.
     ///
     /// The body is `B::default()`, empty for the usual body types. With the
     /// `axum` feature, `CircuitOpen`'s `IntoResponse` gives the same status

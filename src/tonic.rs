@@ -19,11 +19,11 @@ impl From<CircuitOpen> for Status {
     /// `grpc-retry-pushback-ms` metadata, and the `CircuitOpen` as the
     /// status's source (so [`CircuitOpen::find`] finds it).
     ///
-    /// A zero delay (half-open with every probe in flight and no probe
-    /// timeout: the breaker cannot tell) is sent as 1000 ms, the same
-    /// one-second floor as the HTTP `Retry-After`
-    /// ([`CircuitOpen::to_http_response`]): a pushback of zero tells a
-    /// gRPC client to retry at once, into the same refusal.
+    /// A zero delay (the time the refusal named has passed, or the probes
+    /// in flight reach their deadline that instant) is sent as 1000 ms, the
+    /// same one-second floor as the HTTP `Retry-After`
+    /// ([`CircuitOpen::to_http_response`]): a pushback of zero tells a gRPC
+    /// client to retry at once, into the same refusal.
     ///
     /// The message names the breaker, and a server that returns this
     /// status sends the name to its client: name breakers after what a
