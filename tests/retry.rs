@@ -5,13 +5,14 @@
 #![cfg(feature = "retry")]
 
 use std::collections::HashSet;
+use std::future::{ready, Ready};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Response, StatusCode};
 use tokio::time::Instant;
 use tower::retry::budget::TpsBudget;
-use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
+use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::classify::HttpClassifier;
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::retry::RetryPolicy;
@@ -36,6 +37,19 @@ impl Calls {
     /// The time between each call and the next.
     fn gaps(&self) -> Vec<Duration> {
         self.times().windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    /// An upstream that records each call here and fails it, as a reset
+    /// connection does.
+    fn failing_upstream(
+        &self,
+    ) -> impl Service<(), Response = (), Error = BoxError, Future = Ready<Result<(), BoxError>>> + Clone
+    {
+        let calls = self.clone();
+        service_fn(move |_: ()| {
+            calls.record();
+            ready(Err(BoxError::from("reset")))
+        })
     }
 }
 
@@ -132,13 +146,7 @@ async fn failures_are_retried_after_a_capped_jittered_backoff() {
     // A breaker that never trips here, so every retry reaches the upstream.
     let breaker = breaker(Config::builder().trip(ConsecutiveFailures::new(100)));
     let calls = Calls::default();
-    let upstream = {
-        let calls = calls.clone();
-        service_fn(move |_: ()| {
-            calls.record();
-            async { Err::<(), _>(BoxError::from("reset")) }
-        })
-    };
+    let upstream = calls.failing_upstream();
     let (base, cap) = (Duration::from_millis(100), Duration::from_millis(300));
     let stack = ServiceBuilder::new()
         .retry(RetryPolicy::new().retries(4).backoff(base, cap))
@@ -226,13 +234,7 @@ async fn jitter_spreads_callers_that_failed_together() {
 async fn a_spent_budget_stops_retries() {
     let breaker = breaker(Config::builder().trip(ConsecutiveFailures::new(1_000)));
     let calls = Calls::default();
-    let upstream = {
-        let calls = calls.clone();
-        service_fn(move |_: ()| {
-            calls.record();
-            async { Err::<(), _>(BoxError::from("reset")) }
-        })
-    };
+    let upstream = calls.failing_upstream();
     // No reserve and no share of requests: nothing to spend on retries.
     let empty = Arc::new(TpsBudget::new(Duration::from_secs(1), 0, 0.0));
     let stack = ServiceBuilder::new()
@@ -251,13 +253,7 @@ async fn a_spent_budget_stops_retries() {
 
     // The same requests with the default budget are retried.
     let calls = Calls::default();
-    let upstream = {
-        let calls = calls.clone();
-        service_fn(move |_: ()| {
-            calls.record();
-            async { Err::<(), _>(BoxError::from("reset")) }
-        })
-    };
+    let upstream = calls.failing_upstream();
     let stack = ServiceBuilder::new()
         .retry(RetryPolicy::new().retries(3))
         .layer(breaker.layer())
