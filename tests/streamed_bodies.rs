@@ -13,6 +13,7 @@
 #[path = "common/gateway.rs"]
 mod gateway;
 
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -28,11 +29,10 @@ use tower_circuit_breaker::{Breaker, State};
 
 use gateway::{breaker, half_open, layer, upstream, Http, EVENTS, PLAIN};
 
-/// A gateway (speaking `gateway_http` to its client) in front of an
-/// upstream (speaking `upstream_http`), its breaker half-open; a request
-/// for `path` through it is the probe. Returns the breaker after the
-/// client has read the whole answer, and checks the answer.
-async fn probe_through_gateway(upstream_http: Http, gateway_http: Http, path: &str) -> Breaker {
+/// A fresh breaker, and a gateway (speaking `gateway_http` to its client)
+/// in front of an upstream (speaking `upstream_http`) calling it through
+/// that breaker, with the streaming HTTP classifier.
+async fn streaming_gateway(upstream_http: Http, gateway_http: Http) -> (Breaker, SocketAddr) {
     let breaker = breaker();
     let upstream = upstream(upstream_http).await;
     let gateway = gateway::gateway(
@@ -42,6 +42,15 @@ async fn probe_through_gateway(upstream_http: Http, gateway_http: Http, path: &s
         layer(&breaker, StreamingHttp::new()),
     )
     .await;
+    (breaker, gateway)
+}
+
+/// A gateway (speaking `gateway_http` to its client) in front of an
+/// upstream (speaking `upstream_http`), its breaker half-open; a request
+/// for `path` through it is the probe. Returns the breaker after the
+/// client has read the whole answer, and checks the answer.
+async fn probe_through_gateway(upstream_http: Http, gateway_http: Http, path: &str) -> Breaker {
+    let (breaker, gateway) = streaming_gateway(upstream_http, gateway_http).await;
     half_open(&breaker).await;
 
     let (status, body) = gateway::get(gateway_http, gateway, path).await;
@@ -106,15 +115,7 @@ async fn a_chunked_http1_event_stream_read_to_its_none_closes_a_half_open_breake
 /// 502, then a 200 streamed through, then 502, with two failures in a row
 /// to open: the success between them resets the streak.
 async fn a_streamed_success_resets_the_streak(upstream_http: Http, gateway_http: Http, ok: &str) {
-    let breaker = breaker();
-    let upstream = upstream(upstream_http).await;
-    let gateway = gateway::gateway(
-        gateway_http,
-        upstream,
-        upstream_http,
-        layer(&breaker, StreamingHttp::new()),
-    )
-    .await;
+    let (breaker, gateway) = streaming_gateway(upstream_http, gateway_http).await;
     for (path, status) in [
         ("/plain/fail", StatusCode::BAD_GATEWAY),
         (ok, StatusCode::OK),
