@@ -122,8 +122,19 @@ async fn synced_fleet(
     config: &Config,
     upstream: &Upstream,
 ) -> Vec<Instance> {
+    synced_fleet_of(n, || store(server, prefix), config, upstream).await
+}
+
+/// `n` instances, each with a store built by `store` and its breaker
+/// under `config` in front of `upstream`, every one synced.
+async fn synced_fleet_of(
+    n: usize,
+    store: impl Fn() -> RedisStoreBuilder,
+    config: &Config,
+    upstream: &Upstream,
+) -> Vec<Instance> {
     let fleet: Vec<Instance> = (0..n)
-        .map(|_| Instance::new(store(server, prefix), config.clone(), upstream))
+        .map(|_| Instance::new(store(), config.clone(), upstream))
         .collect();
     synced(&fleet).await;
     fleet
@@ -1383,19 +1394,9 @@ async fn an_index_shard_of_a_hundred_thousand_entries_is_read_in_pages_and_syncs
 async fn a_race_for_the_probe_lock_that_redis_answers_late_is_slow_not_down() {
     let server = RedisServer::start();
     let upstream = Upstream::failing();
-    let quick = |server: &RedisServer| {
-        RedisStore::builder(server.url())
-            .prefix("late-lock")
-            .refresh_interval(Duration::from_millis(200))
-            .probe_lease(Duration::from_millis(800))
-            .hold(Duration::from_millis(700))
-            .command_timeout(Duration::from_millis(100))
-    };
+    let quick = || store(&server, "late-lock").command_timeout(Duration::from_millis(100));
     let config = config("llm", 1, Duration::from_secs(1));
-    let mut fleet: Vec<Instance> = (0..2)
-        .map(|_| Instance::new(quick(&server), config.clone(), &upstream))
-        .collect();
-    synced(&fleet).await;
+    let mut fleet = synced_fleet_of(2, quick, &config, &upstream).await;
     assert_eq!(fleet[0].request().await, Answer::Failed);
     all_in(&fleet, State::Open, "the fleet open").await;
     // Redis holds every script (the probe-lock attempts among them) past
@@ -1425,7 +1426,7 @@ async fn a_race_for_the_probe_lock_that_redis_answers_late_is_slow_not_down() {
 async fn a_write_that_redis_answers_late_is_slow_not_down() {
     let server = RedisServer::start();
     let upstream = Upstream::failing();
-    let quick = |server: &RedisServer| {
+    let quick = || {
         RedisStore::builder(server.url())
             .prefix("late-write")
             .refresh_interval(Duration::from_millis(200))
@@ -1433,10 +1434,7 @@ async fn a_write_that_redis_answers_late_is_slow_not_down() {
             .command_timeout(Duration::from_millis(100))
     };
     let config = config("llm", 3, Duration::from_secs(30));
-    let mut fleet: Vec<Instance> = (0..2)
-        .map(|_| Instance::new(quick(&server), config.clone(), &upstream))
-        .collect();
-    synced(&fleet).await;
+    let mut fleet = synced_fleet_of(2, quick, &config, &upstream).await;
     // Redis holds every script back for a while (the failure's count
     // among them) and answers reads at once: busy, not down.
     pause_writes(&server, 1000).await;
