@@ -3,9 +3,10 @@
 //! the fix; with the gRPC classifier it says nothing.
 #![cfg(feature = "tonic")]
 
-use std::io;
+#[path = "common/captured.rs"]
+mod captured;
+
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
@@ -17,30 +18,17 @@ use tower::ServiceBuilder;
 use tower_circuit_breaker::classify::{GrpcClassifier, HttpClassifier};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::{Breaker, Config, State};
-use tracing_subscriber::EnvFilter;
 
-/// Everything this crate says through `tracing` on this thread, as text.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
+use captured::Captured;
 
-impl io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn warnings_about_grpc(&self) -> usize {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .filter(|l| l.contains("WARN") && l.contains("sees a gRPC response"))
-            .count()
-    }
+/// How many warnings `captured` holds of a gRPC answer judged by HTTP
+/// status.
+fn warnings_about_grpc(captured: &Captured) -> usize {
+    captured
+        .text()
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("sees a gRPC response"))
+        .count()
 }
 
 /// A `tonic-health` server on a free port of 127.0.0.1: `Check` of a
@@ -79,14 +67,7 @@ fn unknown_service() -> HealthCheckRequest {
 
 #[tokio::test]
 async fn judging_grpc_by_http_status_warns_once_and_the_grpc_classifier_does_not() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::new("tower_circuit_breaker=warn"))
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = Captured::start("warn");
     let addr = health_server().await;
     let channel = Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
@@ -103,7 +84,7 @@ async fn judging_grpc_by_http_status_warns_once_and_the_grpc_classifier_does_not
     for _ in 0..2 {
         assert!(client.check(unknown_service()).await.is_err());
     }
-    assert_eq!(captured.warnings_about_grpc(), 0);
+    assert_eq!(warnings_about_grpc(&captured), 0);
 
     // Judged by HTTP status: every gRPC answer is a 200. Said once.
     let breaker_blind = breaker();
@@ -117,5 +98,5 @@ async fn judging_grpc_by_http_status_warns_once_and_the_grpc_classifier_does_not
     }
     assert_eq!(breaker_blind.snapshot().counts.failures, 0, "blind to gRPC");
     assert_eq!(breaker_blind.state(), State::Closed);
-    assert_eq!(captured.warnings_about_grpc(), 1, "said once, not per call");
+    assert_eq!(warnings_about_grpc(&captured), 1, "said once, not per call");
 }

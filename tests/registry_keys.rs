@@ -5,10 +5,11 @@
 //! answers made from it), tracing fields and metric labels. Through a real
 //! hyper client and server on 127.0.0.1.
 
+#[path = "common/captured.rs"]
+mod captured;
+
 use std::convert::Infallible;
-use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 
 use http::header::{AUTHORIZATION, HOST};
 use http::{Request, Response, StatusCode};
@@ -23,45 +24,10 @@ use tower_circuit_breaker::classify::HttpClassifier;
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::registry::{authority, header, KeyedLayer, Registry};
 use tower_circuit_breaker::{CircuitOpen, Config};
-use tracing_subscriber::EnvFilter;
+
+use captured::Captured;
 
 const SECRET: &str = "s3cret";
-
-/// Everything the breakers say through `tracing`, as text.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    /// Captures this crate's events on this thread (a `#[tokio::test]`
-    /// runs every task on it) until the guard is dropped. Only this
-    /// crate's: hyper-util's own trace of its connection pool shows the
-    /// URI's userinfo.
-    fn start() -> (Captured, tracing::subscriber::DefaultGuard) {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_env_filter(EnvFilter::new("tower_circuit_breaker=trace"))
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        (captured, tracing::subscriber::set_default(subscriber))
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
 
 /// An HTTP/1 upstream on a free port of 127.0.0.1 answering every request
 /// 503, until the runtime shuts down.
@@ -146,7 +112,7 @@ async fn assert_nowhere(registry: &Registry<String>, refusal: &CircuitOpen, capt
 
 #[tokio::test]
 async fn a_client_keyed_by_authority_names_no_userinfo() {
-    let (captured, _guard) = Captured::start();
+    let (captured, _guard) = Captured::start("trace");
     let upstream = unavailable_upstream().await;
     let registry = registry();
     let svc = ServiceBuilder::new()
@@ -161,7 +127,7 @@ async fn a_client_keyed_by_authority_names_no_userinfo() {
 
 #[tokio::test]
 async fn a_client_keyed_by_its_authorization_names_a_fingerprint() {
-    let (captured, _guard) = Captured::start();
+    let (captured, _guard) = Captured::start("trace");
     let upstream = unavailable_upstream().await;
     let registry = registry();
     let svc = ServiceBuilder::new()
@@ -187,7 +153,7 @@ async fn a_client_keyed_by_its_authorization_names_a_fingerprint() {
 /// gateway's refusal.
 #[tokio::test]
 async fn a_server_keyed_by_the_host_header_names_no_userinfo() {
-    let (captured, _guard) = Captured::start();
+    let (captured, _guard) = Captured::start("trace");
     let registry = registry();
     let keyed = KeyedLayer::new(registry.clone(), authority).classify(HttpClassifier::new());
     let gateway = keyed.layer(service_fn(|_: Request<Incoming>| async {

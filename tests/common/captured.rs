@@ -1,0 +1,47 @@
+//! Everything this crate says through `tracing` on the test's thread,
+//! captured as text.
+//!
+//! Included by path by the tests that read it; each uses a part, hence the
+//! `dead_code` allowance.
+#![allow(dead_code)]
+
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use tracing_subscriber::EnvFilter;
+
+/// The text of this crate's events, one line each.
+#[derive(Clone, Default)]
+pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    /// Captures this crate's events at `level` and above on this thread (a
+    /// `#[tokio::test]` runs every task on it) until the guard is dropped.
+    /// Only this crate's: other crates' traces (hyper-util's of its
+    /// connection pool shows a URI's userinfo) are not the test's to read.
+    pub fn start(level: &str) -> (Captured, tracing::subscriber::DefaultGuard) {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(EnvFilter::new(format!("tower_circuit_breaker={level}")))
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        (captured, tracing::subscriber::set_default(subscriber))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
