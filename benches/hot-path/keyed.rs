@@ -19,10 +19,9 @@
 
 use tower::Layer;
 use tower_circuit_breaker::registry::{KeyedLayer, Registry};
-use tower_circuit_breaker::Config;
 
 use crate::scenario::{Caller, Scenario};
-use crate::services::{expect_served, inner};
+use crate::services::{expect_served, inner, registry_of};
 
 /// The rows at 10, 1,000 and 100,000 keys.
 pub fn growth() -> Vec<Scenario> {
@@ -34,13 +33,7 @@ pub fn growth() -> Vec<Scenario> {
 
 /// The three patterns over a registry of `KEYS` keys.
 fn at<const KEYS: u64>(label: &str) -> Vec<Scenario> {
-    let registry = Registry::<u64>::builder()
-        .default_config(Config::default())
-        .max_keys(KEYS as usize)
-        .build();
-    for key in 0..KEYS {
-        registry.get(&key).expect("room for every key");
-    }
+    let registry = registry_of(KEYS);
     vec![
         row(&registry, KEYS, format!("keyed/{label}/hot"), hot),
         row(

@@ -15,15 +15,15 @@ use tower::{service_fn, BoxError, Layer, Service};
 use tower_circuit_breaker::policy::{
     Adaptive, ConsecutiveFailures, CountWindow, SlowCalls, TimeWindow,
 };
-use tower_circuit_breaker::registry::{KeyedLayer, Registry};
+use tower_circuit_breaker::registry::KeyedLayer;
 use tower_circuit_breaker::{Breaker, CircuitBreaker, CircuitOpen, Config, Readiness, State};
 
 use crate::keyed;
 use crate::peers;
 use crate::scenario::{breaker_in, Caller, Scenario};
 use crate::services::{
-    config, expect_refused, expect_served, inner, inner_boxed, trip, ArcRoundTrip, BenchError,
-    Refusal, HOUR,
+    config, expect_refused, expect_served, inner, inner_boxed, registry_of, trip, ArcRoundTrip,
+    BenchError, Refusal, HOUR,
 };
 
 /// Every single-thread row.
@@ -255,14 +255,7 @@ fn clone_rows(caller: Caller) -> Vec<Scenario> {
     };
     // Four keys of a registry of 1,000: a clone made for one request
     // remembers none of them, so each request asks the registry.
-    let registry = Registry::<u64>::builder()
-        .default_config(Config::default())
-        .max_keys(1_000)
-        .build();
-    for key in 0..1_000 {
-        registry.get(&key).expect("room for every key");
-    }
-    let mut keyed = KeyedLayer::new(registry, |req: &u64| req % 4).layer(inner());
+    let mut keyed = KeyedLayer::new(registry_of(1_000), |req: &u64| req % 4).layer(inner());
     expect_served(&format!("{}keyed", caller.prefix()), &mut keyed);
 
     vec![

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tower::util::ServiceFn;
 use tower::{service_fn, BoxError, Service};
 use tower_circuit_breaker::policy::TripPolicy;
-use tower_circuit_breaker::registry::RegistryFull;
+use tower_circuit_breaker::registry::{Registry, RegistryFull};
 use tower_circuit_breaker::{CircuitOpen, Config};
 
 use crate::driver::{call_once, noop_waker};
@@ -191,4 +191,17 @@ pub fn config(name: &str, policy: impl Into<TripPolicy>) -> Config {
         .trip(policy)
         .build()
         .expect("valid benchmark config")
+}
+
+/// A registry of the keys `0..keys`, full, each key's breaker made (under
+/// the default config) before any row calls it.
+pub fn registry_of(keys: u64) -> Registry<u64> {
+    let registry = Registry::<u64>::builder()
+        .default_config(Config::default())
+        .max_keys(keys as usize)
+        .build();
+    for key in 0..keys {
+        registry.get(&key).expect("room for every key");
+    }
+    registry
 }

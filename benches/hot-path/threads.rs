@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tower::{Layer, Service};
 use tower_circuit_breaker::policy::{ConsecutiveFailures, TimeWindow};
-use tower_circuit_breaker::registry::{KeyedLayer, Registry};
+use tower_circuit_breaker::registry::KeyedLayer;
 use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, State};
 use tower_resilience_circuitbreaker::CircuitState;
 
@@ -22,26 +22,15 @@ use crate::peers::{
     failsafe_breaker, recloser_breaker, resilience_in, resilience_layer, serves, Failsafe, Recloser,
 };
 use crate::scenario::ratio;
-use crate::services::{config, expect_refused, failing, hanging, inner, trip, COOLDOWN};
+use crate::services::{
+    config, expect_refused, failing, hanging, inner, registry_of, trip, COOLDOWN,
+};
 
 /// Rounds and calls per thread.
 pub struct ThreadRounds {
     pub mode: &'static str,
     pub rounds: u32,
     pub calls: u64,
-}
-
-/// A registry holding 10,000 keys, each with its breaker made.
-fn ten_thousand_keys() -> Registry<u64> {
-    const KEYS: u64 = 10_000;
-    let registry = Registry::<u64>::builder()
-        .default_config(Config::default())
-        .max_keys(KEYS as usize)
-        .build();
-    for key in 0..KEYS {
-        registry.get(&key).expect("room for every key");
-    }
-    registry
 }
 
 /// How every call of a threaded scenario must end.
@@ -286,7 +275,7 @@ fn threaded_closed(runtime: &tokio::runtime::Handle) -> Vec<Threaded> {
         // breakers.
         Threaded::new(
             "threads/keyed/4_hot",
-            KeyedLayer::new(ten_thousand_keys(), |req: &u64| req % 4).layer(inner()),
+            KeyedLayer::new(registry_of(10_000), |req: &u64| req % 4).layer(inner()),
             Expect::Served,
             |_| {},
             runtime.clone(),
