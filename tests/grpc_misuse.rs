@@ -5,12 +5,10 @@
 
 #[path = "common/captured.rs"]
 mod captured;
+#[path = "common/grpc.rs"]
+mod grpc;
 
-use std::net::SocketAddr;
-
-use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Endpoint, Server};
+use tonic::transport::Endpoint;
 use tonic::Status;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -20,6 +18,7 @@ use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::{Breaker, Config, State};
 
 use captured::Captured;
+use grpc::health_server;
 
 /// How many warnings `captured` holds of a gRPC answer judged by HTTP
 /// status.
@@ -29,20 +28,6 @@ fn warnings_about_grpc(captured: &Captured) -> usize {
         .lines()
         .filter(|l| l.contains("WARN") && l.contains("sees a gRPC response"))
         .count()
-}
-
-/// A `tonic-health` server on a free port of 127.0.0.1: `Check` of a
-/// service it does not know answers `NOT_FOUND`.
-async fn health_server() -> SocketAddr {
-    let (_reporter, health) = tonic_health::server::health_reporter();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        Server::builder()
-            .add_service(health)
-            .serve_with_incoming(TcpIncoming::from(listener)),
-    );
-    addr
 }
 
 fn breaker() -> Breaker {

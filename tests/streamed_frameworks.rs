@@ -8,6 +8,8 @@
 
 #[path = "common/gateway.rs"]
 mod gateway;
+#[path = "common/grpc.rs"]
+mod grpc;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -20,7 +22,6 @@ use axum::Router;
 use http::StatusCode;
 use tokio::net::TcpListener;
 use tonic::server::NamedService;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::Status;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -32,6 +33,7 @@ use tower_circuit_breaker::classify::{GrpcClassifier, StreamingHttp};
 use tower_circuit_breaker::{Breaker, CircuitOpen, State};
 
 use gateway::{breaker, half_open, layer, upstream, Http, EVENTS, PLAIN};
+use grpc::health_server;
 
 /// An axum gateway on a free port of 127.0.0.1: every path is asked of
 /// `upstream` through `layer`'s breaker, and the handler returns the
@@ -153,27 +155,7 @@ async fn tonic_gateway(
         classifier,
         channel,
     };
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        Server::builder()
-            .add_service(forward)
-            .serve_with_incoming(TcpIncoming::from(listener)),
-    );
-    addr
-}
-
-/// A `tonic-health` server on a free port of 127.0.0.1, serving.
-async fn health_upstream() -> SocketAddr {
-    let (_reporter, health) = tonic_health::server::health_reporter();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        Server::builder()
-            .add_service(health)
-            .serve_with_incoming(TcpIncoming::from(listener)),
-    );
-    addr
+    grpc::serve(Server::builder().add_service(forward)).await
 }
 
 /// Calls `Check` through the gateway at `addr` with a generated client.
@@ -193,7 +175,7 @@ async fn check(addr: SocketAddr) -> Result<ServingStatus, Status> {
 #[tokio::test]
 async fn a_grpc_call_through_a_tonic_gateway_closes_a_half_open_breaker() {
     let breaker = breaker();
-    let upstream = health_upstream().await;
+    let upstream = health_server().await;
     let gateway = tonic_gateway(upstream, &breaker, GrpcClassifier::new()).await;
     half_open(&breaker).await;
 
