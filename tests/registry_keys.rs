@@ -79,6 +79,20 @@ where
         .unwrap_or_else(|| panic!("expected a refusal, got {refused}"))
 }
 
+/// Opens, through a hyper client keyed by authority in `registry`, the
+/// breaker of an unavailable upstream called with `alice:<secret>@` in its
+/// URI. Returns the upstream's address and the refusal.
+async fn refused_by_authority(registry: &Registry<String>) -> (SocketAddr, CircuitOpen) {
+    let upstream = unavailable_upstream().await;
+    let svc = ServiceBuilder::new()
+        .layer(KeyedLayer::new(registry.clone(), authority).classify(HttpClassifier::new()))
+        .map_err(BoxError::from)
+        .service(client());
+    let uri = format!("http://alice:{SECRET}@{upstream}/v1/chat");
+    let refusal = open_and_refuse(svc, || Request::get(&uri).body(Empty::new()).unwrap()).await;
+    (upstream, refusal)
+}
+
 /// Asserts that nothing a breaker shows holds the secret: the registry's
 /// keys, the refusal and what is made of it (the axum and tonic answers),
 /// the tracing output.
@@ -113,14 +127,8 @@ async fn assert_nowhere(registry: &Registry<String>, refusal: &CircuitOpen, capt
 #[tokio::test]
 async fn a_client_keyed_by_authority_names_no_userinfo() {
     let (captured, _guard) = Captured::start("trace");
-    let upstream = unavailable_upstream().await;
     let registry = registry();
-    let svc = ServiceBuilder::new()
-        .layer(KeyedLayer::new(registry.clone(), authority).classify(HttpClassifier::new()))
-        .map_err(BoxError::from)
-        .service(client());
-    let uri = format!("http://alice:{SECRET}@{upstream}/v1/chat");
-    let refusal = open_and_refuse(svc, || Request::get(&uri).body(Empty::new()).unwrap()).await;
+    let (upstream, refusal) = refused_by_authority(&registry).await;
     assert_eq!(refusal.breaker(), upstream.to_string());
     assert_nowhere(&registry, &refusal, &captured).await;
 }
@@ -222,14 +230,8 @@ async fn metric_labels_carry_no_userinfo() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = ::metrics::set_default_local_recorder(&recorder);
-    let upstream = unavailable_upstream().await;
     let registry = registry();
-    let svc = ServiceBuilder::new()
-        .layer(KeyedLayer::new(registry.clone(), authority).classify(HttpClassifier::new()))
-        .map_err(BoxError::from)
-        .service(client());
-    let uri = format!("http://alice:{SECRET}@{upstream}/v1/chat");
-    open_and_refuse(svc, || Request::get(&uri).body(Empty::new()).unwrap()).await;
+    let (upstream, _) = refused_by_authority(&registry).await;
     tower_circuit_breaker::metrics_facade::export_registry(&registry);
 
     let labels: Vec<String> = snapshotter
