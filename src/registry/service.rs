@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{Registry, RegistryFull};
+use super::{AcquireError, Registry, RegistryFull};
 use crate::breaker::admission::Permit;
 use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
@@ -409,6 +409,20 @@ pub(super) fn admit_both(
     Ok([Some(child), parent.map(|(leg, _)| leg)])
 }
 
+/// [`admit_both`] at a key's breaker and its parent's, as just looked up
+/// in the registry.
+#[inline(always)]
+pub(super) fn admit_looked_up(
+    child: Breaker,
+    parent: Option<Breaker>,
+) -> Result<[Option<Leg>; 2], CircuitOpen> {
+    let looked_up = |breaker| Hold::Shared(LookedUp::new(breaker));
+    admit_both(
+        (looked_up(child), Counts::Breaker),
+        parent.map(|parent| (looked_up(parent), Counts::Breaker)),
+    )
+}
+
 impl<S, K, F, C, Req> Service<Req> for KeyedCircuitBreaker<S, K, F, C>
 where
     S: Service<Req>,
@@ -454,7 +468,7 @@ where
     /// Admits a call with `key` at its breakers: remembered ones, or ones
     /// looked up in the registry (then remembered).
     #[inline]
-    fn admit(&mut self, key: &K) -> Result<[Option<Leg>; 2], FailedOutput> {
+    fn admit(&mut self, key: &K) -> Result<[Option<Leg>; 2], AcquireError> {
         if let Some(remembered) = self.recent.find(key) {
             // A use, for the registry's eviction order.
             let now = self.registry.now();
@@ -477,11 +491,7 @@ where
         if self.recent.missed_again(hash) {
             self.recent.remember(key, &child, parent.as_ref());
         }
-        let looked_up = |breaker| Hold::Shared(LookedUp::new(breaker));
-        Ok(admit_both(
-            (looked_up(child), Counts::Breaker),
-            parent.map(|parent| (looked_up(parent), Counts::Breaker)),
-        )?)
+        Ok(admit_looked_up(child, parent)?)
     }
 }
 
@@ -518,31 +528,14 @@ pin_project! {
             start: Option<Instant>,
         },
         Failed {
-            error: Option<FailedOutput>,
+            // An error made before the call: a refusal, or a full registry.
+            error: Option<AcquireError>,
         },
     }
 }
 
-/// An error made before the call: a refusal, or a full registry.
-enum FailedOutput {
-    Open(CircuitOpen),
-    Full(RegistryFull),
-}
-
-impl From<CircuitOpen> for FailedOutput {
-    fn from(open: CircuitOpen) -> Self {
-        FailedOutput::Open(open)
-    }
-}
-
-impl From<RegistryFull> for FailedOutput {
-    fn from(full: RegistryFull) -> Self {
-        FailedOutput::Full(full)
-    }
-}
-
 impl<F, C> KeyedFuture<F, C> {
-    fn failed(error: FailedOutput) -> Self {
+    fn failed(error: AcquireError) -> Self {
         KeyedFuture {
             state: KeyedState::Failed { error: Some(error) },
         }
@@ -560,8 +553,8 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             KeyedProj::Failed { error } => match error.take() {
-                Some(FailedOutput::Open(open)) => Poll::Ready(Err(E::from(open))),
-                Some(FailedOutput::Full(full)) => Poll::Ready(Err(E::from(full))),
+                Some(AcquireError::Open(open)) => Poll::Ready(Err(E::from(open))),
+                Some(AcquireError::Full(full)) => Poll::Ready(Err(E::from(full))),
                 None => panic!("KeyedFuture polled after completion"),
             },
             KeyedProj::Called {
