@@ -13,7 +13,6 @@ use super::service::{admit_looked_up, Leg};
 use super::{Registry, RegistryFull};
 use crate::classify::{Outcome, Verdict};
 use crate::error::CircuitOpen;
-use crate::future::Record;
 
 /// Leave to make one call under a registry key, through its breaker and its
 /// parent's, from [`Registry::try_acquire`]. Records in both, as the keyed
@@ -153,9 +152,7 @@ impl KeyedPermit {
 impl Drop for KeyedPermit {
     fn drop(&mut self) {
         for leg in self.legs.iter().flatten() {
-            if leg.record != Record::Nothing {
-                leg.hold.shared().count_cancelled();
-            }
+            leg.cancel();
         }
     }
 }

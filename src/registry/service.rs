@@ -340,7 +340,7 @@ pub(super) struct Leg {
     pub(super) hold: Hold,
     generation: u32,
     permit: Option<Box<Permit>>,
-    pub(super) record: Record,
+    record: Record,
 }
 
 impl Leg {
@@ -366,6 +366,14 @@ impl Leg {
                 counts.count(shared, false);
                 Err(CircuitOpen::new(Name::new(shared.name()), retry_at, state))
             }
+        }
+    }
+
+    /// Counts the call as cancelled, unless its outcome was recorded (the
+    /// leg is being dropped; a probe's permit goes back as it does).
+    pub(super) fn cancel(&self) {
+        if self.record != Record::Nothing {
+            self.hold.shared().count_cancelled();
         }
     }
 
@@ -508,9 +516,7 @@ pin_project! {
         fn drop(this: Pin<&mut Self>) {
             if let KeyedProj::Called { legs, .. } = this.project().state.project() {
                 for leg in legs.iter().flatten() {
-                    if leg.record != Record::Nothing {
-                        leg.hold.shared().count_cancelled();
-                    }
+                    leg.cancel();
                 }
             }
         }
