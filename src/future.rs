@@ -366,7 +366,7 @@ impl Recorder<'_> {
     }
 
     /// Hands the recording on: the returned obligation records later, and
-    /// counts the call as ignored if dropped before it does.
+    /// counts the call as cancelled if dropped before it does.
     #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
     pub(crate) fn defer(&mut self) -> Option<Obligation> {
         if *self.what == Record::Nothing {
@@ -398,10 +398,6 @@ impl Obligation {
     /// Records the verdict.
     #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
     pub(crate) fn settle(mut self, verdict: Verdict) {
-        self.settle_once(verdict);
-    }
-
-    fn settle_once(&mut self, verdict: Verdict) {
         if self.what == Record::Nothing {
             return;
         }
