@@ -379,11 +379,9 @@ impl Leg {
 
     #[inline(always)]
     pub(super) fn record(&mut self, verdict: Verdict, start: Option<Instant>) {
-        if self.record == Record::Nothing {
+        let Some(count_only) = self.record.take() else {
             return;
-        }
-        let count_only = self.record == Record::CountOnly;
-        self.record = Record::Nothing;
+        };
         record(
             self.hold.shared(),
             self.generation,
