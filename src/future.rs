@@ -57,6 +57,20 @@ pub(crate) enum Record {
     Nothing,
 }
 
+impl Record {
+    /// Takes what a verdict feeds, leaving `Nothing` for any later one:
+    /// `None` if it feeds nothing, or whether it feeds only the counts.
+    #[inline(always)]
+    pub(crate) fn take(&mut self) -> Option<bool> {
+        if *self == Record::Nothing {
+            return None;
+        }
+        let count_only = *self == Record::CountOnly;
+        *self = Record::Nothing;
+        Some(count_only)
+    }
+}
+
 /// Records a call's verdict: in the closed generation that admitted it, or
 /// as a probe through its permit.
 #[inline]
@@ -350,11 +364,9 @@ impl Recorder<'_> {
     /// Records `verdict`, once.
     #[inline]
     pub(crate) fn record(&mut self, verdict: Verdict) {
-        if *self.what == Record::Nothing {
+        let Some(count_only) = self.what.take() else {
             return;
-        }
-        let count_only = *self.what == Record::CountOnly;
-        *self.what = Record::Nothing;
+        };
         record(
             self.shared,
             self.generation,
@@ -366,7 +378,7 @@ impl Recorder<'_> {
     }
 
     /// Hands the recording on: the returned obligation records later, and
-    /// counts the call as ignored if dropped before it does.
+    /// counts the call as cancelled if dropped before it does.
     #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
     pub(crate) fn defer(&mut self) -> Option<Obligation> {
         if *self.what == Record::Nothing {
@@ -398,15 +410,9 @@ impl Obligation {
     /// Records the verdict.
     #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
     pub(crate) fn settle(mut self, verdict: Verdict) {
-        self.settle_once(verdict);
-    }
-
-    fn settle_once(&mut self, verdict: Verdict) {
-        if self.what == Record::Nothing {
+        let Some(count_only) = self.what.take() else {
             return;
-        }
-        let count_only = self.what == Record::CountOnly;
-        self.what = Record::Nothing;
+        };
         record(
             &self.shared,
             self.generation,

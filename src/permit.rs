@@ -276,11 +276,9 @@ impl CallPermit {
     }
 
     fn record_verdict(&mut self, verdict: Verdict, latency: Option<Duration>) {
-        if self.record == Record::Nothing {
+        let Some(count_only) = self.record.take() else {
             return;
-        }
-        let count_only = self.record == Record::CountOnly;
-        self.record = Record::Nothing;
+        };
         let start = match (latency, self.start) {
             // A latency the caller measured: the call began that long ago.
             (Some(latency), Some(_)) => Instant::now().checked_sub(latency),

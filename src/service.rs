@@ -244,11 +244,16 @@ impl<C> Handle<C> {
             .get_or_insert_with(|| Owner::new(Arc::clone(&self.shared), self.classifier.clone()))
     }
 
-    /// Whether this call is the clone's second or later, with no handle of
-    /// its own yet: then it makes one.
+    /// Notes a call: the clone's second or later, with no handle of its
+    /// own yet, makes one.
     #[inline]
-    fn wants_own(&mut self) -> bool {
-        self.own.is_none() && std::mem::replace(&mut self.called, true)
+    fn note_call(&mut self)
+    where
+        C: Clone,
+    {
+        if self.own.is_none() && std::mem::replace(&mut self.called, true) {
+            self.own();
+        }
     }
 
     /// Counts a call admitted, and holds the breaker for its response future.
@@ -257,9 +262,7 @@ impl<C> Handle<C> {
     where
         C: Clone,
     {
-        if self.wants_own() {
-            self.own();
-        }
+        self.note_call();
         match &mut self.own {
             Some(owner) => {
                 owner.counts.admitted();
@@ -294,9 +297,7 @@ impl<C> Handle<C> {
     where
         C: Clone,
     {
-        if self.wants_own() {
-            self.own();
-        }
+        self.note_call();
         let name = match &self.own {
             Some(owner) => {
                 owner.counts.rejected();

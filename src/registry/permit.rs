@@ -9,12 +9,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::service::{admit_both, Hold, Leg, LookedUp};
+use super::service::{admit_looked_up, Leg};
 use super::{Registry, RegistryFull};
 use crate::classify::{Outcome, Verdict};
 use crate::error::CircuitOpen;
-use crate::future::Record;
-use crate::service::Counts;
 
 /// Leave to make one call under a registry key, through its breaker and its
 /// parent's, from [`Registry::try_acquire`]. Records in both, as the keyed
@@ -91,11 +89,7 @@ where
     /// ```
     pub fn try_acquire(&self, key: &K) -> Result<KeyedPermit, AcquireError> {
         let (child, parent) = self.get_with_parent(key)?;
-        let looked_up = |breaker| Hold::Shared(LookedUp::new(breaker));
-        let legs = admit_both(
-            (looked_up(child), Counts::Breaker),
-            parent.map(|parent| (looked_up(parent), Counts::Breaker)),
-        )?;
+        let legs = admit_looked_up(child, parent)?;
         let start = legs
             .iter()
             .flatten()
@@ -158,9 +152,7 @@ impl KeyedPermit {
 impl Drop for KeyedPermit {
     fn drop(&mut self) {
         for leg in self.legs.iter().flatten() {
-            if leg.record != Record::Nothing {
-                leg.hold.shared().count_cancelled();
-            }
+            leg.cancel();
         }
     }
 }

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{Registry, RegistryFull};
+use super::{AcquireError, Registry, RegistryFull};
 use crate::breaker::admission::Permit;
 use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
@@ -340,7 +340,7 @@ pub(super) struct Leg {
     pub(super) hold: Hold,
     generation: u32,
     permit: Option<Box<Permit>>,
-    pub(super) record: Record,
+    record: Record,
 }
 
 impl Leg {
@@ -369,13 +369,19 @@ impl Leg {
         }
     }
 
+    /// Counts the call as cancelled, unless its outcome was recorded (the
+    /// leg is being dropped; a probe's permit goes back as it does).
+    pub(super) fn cancel(&self) {
+        if self.record != Record::Nothing {
+            self.hold.shared().count_cancelled();
+        }
+    }
+
     #[inline(always)]
     pub(super) fn record(&mut self, verdict: Verdict, start: Option<Instant>) {
-        if self.record == Record::Nothing {
+        let Some(count_only) = self.record.take() else {
             return;
-        }
-        let count_only = self.record == Record::CountOnly;
-        self.record = Record::Nothing;
+        };
         record(
             self.hold.shared(),
             self.generation,
@@ -407,6 +413,20 @@ pub(super) fn admit_both(
         counts.count(leg.hold.shared(), true);
     }
     Ok([Some(child), parent.map(|(leg, _)| leg)])
+}
+
+/// [`admit_both`] at a key's breaker and its parent's, as just looked up
+/// in the registry.
+#[inline(always)]
+pub(super) fn admit_looked_up(
+    child: Breaker,
+    parent: Option<Breaker>,
+) -> Result<[Option<Leg>; 2], CircuitOpen> {
+    let looked_up = |breaker| Hold::Shared(LookedUp::new(breaker));
+    admit_both(
+        (looked_up(child), Counts::Breaker),
+        parent.map(|parent| (looked_up(parent), Counts::Breaker)),
+    )
 }
 
 impl<S, K, F, C, Req> Service<Req> for KeyedCircuitBreaker<S, K, F, C>
@@ -454,7 +474,7 @@ where
     /// Admits a call with `key` at its breakers: remembered ones, or ones
     /// looked up in the registry (then remembered).
     #[inline]
-    fn admit(&mut self, key: &K) -> Result<[Option<Leg>; 2], FailedOutput> {
+    fn admit(&mut self, key: &K) -> Result<[Option<Leg>; 2], AcquireError> {
         if let Some(remembered) = self.recent.find(key) {
             // A use, for the registry's eviction order.
             let now = self.registry.now();
@@ -477,11 +497,7 @@ where
         if self.recent.missed_again(hash) {
             self.recent.remember(key, &child, parent.as_ref());
         }
-        let looked_up = |breaker| Hold::Shared(LookedUp::new(breaker));
-        Ok(admit_both(
-            (looked_up(child), Counts::Breaker),
-            parent.map(|parent| (looked_up(parent), Counts::Breaker)),
-        )?)
+        Ok(admit_looked_up(child, parent)?)
     }
 }
 
@@ -498,9 +514,7 @@ pin_project! {
         fn drop(this: Pin<&mut Self>) {
             if let KeyedProj::Called { legs, .. } = this.project().state.project() {
                 for leg in legs.iter().flatten() {
-                    if leg.record != Record::Nothing {
-                        leg.hold.shared().count_cancelled();
-                    }
+                    leg.cancel();
                 }
             }
         }
@@ -518,31 +532,14 @@ pin_project! {
             start: Option<Instant>,
         },
         Failed {
-            error: Option<FailedOutput>,
+            // An error made before the call: a refusal, or a full registry.
+            error: Option<AcquireError>,
         },
     }
 }
 
-/// An error made before the call: a refusal, or a full registry.
-enum FailedOutput {
-    Open(CircuitOpen),
-    Full(RegistryFull),
-}
-
-impl From<CircuitOpen> for FailedOutput {
-    fn from(open: CircuitOpen) -> Self {
-        FailedOutput::Open(open)
-    }
-}
-
-impl From<RegistryFull> for FailedOutput {
-    fn from(full: RegistryFull) -> Self {
-        FailedOutput::Full(full)
-    }
-}
-
 impl<F, C> KeyedFuture<F, C> {
-    fn failed(error: FailedOutput) -> Self {
+    fn failed(error: AcquireError) -> Self {
         KeyedFuture {
             state: KeyedState::Failed { error: Some(error) },
         }
@@ -560,8 +557,8 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             KeyedProj::Failed { error } => match error.take() {
-                Some(FailedOutput::Open(open)) => Poll::Ready(Err(E::from(open))),
-                Some(FailedOutput::Full(full)) => Poll::Ready(Err(E::from(full))),
+                Some(AcquireError::Open(open)) => Poll::Ready(Err(E::from(open))),
+                Some(AcquireError::Full(full)) => Poll::Ready(Err(E::from(full))),
                 None => panic!("KeyedFuture polled after completion"),
             },
             KeyedProj::Called {

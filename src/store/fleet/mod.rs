@@ -40,6 +40,9 @@ pub(crate) use link::{Link, LinkSettings, Queue, Write};
 pub(crate) use local::LocalBreakers;
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::ConfigError;
 
 /// One operation of the fleet's state machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +122,39 @@ pub(crate) fn settle(replies: Vec<(Arc<str>, Reply)>) -> Vec<(Arc<str>, Reply)> 
         })
         .map(|(_, answer)| answer)
         .collect()
+}
+
+/// Checks a fleet store's durations, in order: each from 1 ms to one day.
+pub(crate) fn check_durations(durations: &[(&str, Duration)]) -> Result<(), ConfigError> {
+    for &(field, d) in durations {
+        if d < Duration::from_millis(1) {
+            return Err(ConfigError::new(field, "must be at least 1 ms"));
+        }
+        if d > Duration::from_secs(86_400) {
+            return Err(ConfigError::new(field, "must be at most one day"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the counts every fleet store takes, in order: the write queue's
+/// capacity, the fleet's failure threshold and its quorum.
+pub(crate) fn check_counts(
+    queue_capacity: usize,
+    failures_to_open: Option<u32>,
+    quorum: u32,
+) -> Result<(), ConfigError> {
+    let at_least_one = |field: &str| Err(ConfigError::new(field, "must be at least 1"));
+    if queue_capacity == 0 {
+        return at_least_one("queue_capacity");
+    }
+    if failures_to_open == Some(0) {
+        return at_least_one("failures_to_open");
+    }
+    if quorum == 0 {
+        return at_least_one("quorum");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -101,7 +101,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::error::ConfigError;
-use crate::store::fleet::{Link, LinkSettings, Queue};
+use crate::store::fleet::{self, Link, LinkSettings, Queue};
 use crate::Breaker;
 use state::{Fleet, InstanceId, News};
 use task::{Task, Timing};
@@ -430,28 +430,12 @@ impl MemoryFleetBuilder {
     /// Checks the settings and makes the fleet, whose instances' tasks will
     /// run on the current tokio runtime. Must be called inside one.
     pub fn build(self) -> Result<MemoryFleet, MemoryFleetError> {
-        let bad = |field: &str, problem: &str| ConfigError::new(field, problem);
-        for (field, d) in [
+        fleet::check_durations(&[
             ("probe_lease", self.probe_lease),
             ("hold", self.hold),
             ("failure_window", self.failure_window),
-        ] {
-            if d < Duration::from_millis(1) {
-                return Err(bad(field, "must be at least 1 ms").into());
-            }
-            if d > Duration::from_secs(86_400) {
-                return Err(bad(field, "must be at most one day").into());
-            }
-        }
-        if self.queue_capacity == 0 {
-            return Err(bad("queue_capacity", "must be at least 1").into());
-        }
-        if self.failures_to_open == Some(0) {
-            return Err(bad("failures_to_open", "must be at least 1").into());
-        }
-        if self.quorum == 0 {
-            return Err(bad("quorum", "must be at least 1").into());
-        }
+        ])?;
+        fleet::check_counts(self.queue_capacity, self.failures_to_open, self.quorum)?;
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|_| MemoryFleetError::NoRuntime)?;
         Ok(MemoryFleet {

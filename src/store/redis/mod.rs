@@ -212,7 +212,7 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::error::ConfigError;
-use crate::store::fleet::{Link, LinkSettings, Queue};
+use crate::store::fleet::{self, Link, LinkSettings, Queue};
 use crate::Breaker;
 
 /// Breaker state shared by a fleet through Redis. Cheap to clone; the
@@ -627,34 +627,19 @@ impl RedisStoreBuilder {
         if self.urls.is_empty() {
             return Err(bad("urls", "must name at least one node"));
         }
-        for (field, d) in [
+        fleet::check_durations(&[
             ("refresh_interval", self.refresh_interval),
             ("probe_lease", self.probe_lease),
             ("hold", self.hold),
             ("command_timeout", self.command_timeout),
             ("failure_window", self.failure_window),
-        ] {
-            if d < Duration::from_millis(1) {
-                return Err(bad(field, "must be at least 1 ms"));
-            }
-            if d > Duration::from_secs(86_400) {
-                return Err(bad(field, "must be at most one day"));
-            }
-        }
+        ])?;
         // One pass of the task may wait on a write, a refresh and a probe
         // lock attempt in turn before the hold runs out.
         if self.hold <= self.command_timeout.saturating_mul(3) {
             return Err(bad("hold", "must be longer than three command timeouts"));
         }
-        if self.queue_capacity == 0 {
-            return Err(bad("queue_capacity", "must be at least 1"));
-        }
-        if self.failures_to_open == Some(0) {
-            return Err(bad("failures_to_open", "must be at least 1"));
-        }
-        if self.quorum == 0 {
-            return Err(bad("quorum", "must be at least 1"));
-        }
+        fleet::check_counts(self.queue_capacity, self.failures_to_open, self.quorum)?;
         if !(1..=1024).contains(&self.index_shards) {
             return Err(bad("index_shards", "must be between 1 and 1024"));
         }

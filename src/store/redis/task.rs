@@ -265,22 +265,17 @@ impl Task {
 
     /// The connection, made if need be.
     async fn conn(&mut self) -> RedisResult<Conn> {
-        if let Some(conn) = &self.conn {
-            return Ok(conn.clone());
-        }
-        let conn = self.backend.connect(self.timing.command_timeout).await?;
-        self.conn = Some(conn.clone());
-        Ok(conn)
+        kept(&mut self.conn, &self.backend, self.timing.command_timeout).await
     }
 
     /// The connection the versions are read on, made if need be.
     async fn check_conn(&mut self) -> RedisResult<Conn> {
-        if let Some(conn) = &self.check_conn {
-            return Ok(conn.clone());
-        }
-        let conn = self.backend.connect(self.timing.command_timeout).await?;
-        self.check_conn = Some(conn.clone());
-        Ok(conn)
+        kept(
+            &mut self.check_conn,
+            &self.backend,
+            self.timing.command_timeout,
+        )
+        .await
     }
 
     fn stats(&self) -> Option<Arc<Inner>> {
@@ -841,4 +836,14 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// The connection kept in `slot`, made (and kept) if there is none.
+async fn kept(slot: &mut Option<Conn>, backend: &Backend, limit: Duration) -> RedisResult<Conn> {
+    if let Some(conn) = slot {
+        return Ok(conn.clone());
+    }
+    let conn = backend.connect(limit).await?;
+    *slot = Some(conn.clone());
+    Ok(conn)
 }
