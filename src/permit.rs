@@ -145,7 +145,8 @@ impl Breaker {
     /// Runs `call` through the breaker, every `Err` a failure: refused (as
     /// the service refuses) without running it, or run and recorded when it
     /// completes. Dropped before it completes, the call counts as
-    /// cancelled; a panic in it is a failure, then resumed.
+    /// cancelled; a panic in it (in `call` itself, or in the future it
+    /// returns) is a failure, then resumed.
     ///
     /// ```
     /// use tower_circuit_breaker::{Breaker, CircuitOpen, Config};
@@ -215,8 +216,10 @@ impl Breaker {
         };
         // The response future the tower service would make: it records
         // the outcome, a panic as a failure, a drop as a cancellation.
+        // `call` runs inside its first poll, so that a panic while it builds
+        // its future is a failure too, not an admitted call that never ends.
         ResponseFuture::called(
-            call(),
+            async move { call().await },
             hold,
             admitted.generation,
             admitted.permit,

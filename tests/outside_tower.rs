@@ -243,6 +243,41 @@ async fn run_classifies_resumes_panics_and_counts_drops_as_cancelled() {
     assert!(tower_circuit_breaker::CircuitOpen::find(refused.unwrap_err().as_ref()).is_some());
 }
 
+/// `run`'s closure itself panics, before it has made a future: still an
+/// admitted call that ends as a failure, and a probe that fails reopens.
+#[tokio::test(start_paused = true)]
+async fn a_panic_while_run_builds_its_future_is_a_failure_and_a_failed_probe() {
+    async fn crash_while_building(breaker: &Breaker) -> bool {
+        let breaker = breaker.clone();
+        tokio::spawn(async move {
+            breaker
+                .run(|| {
+                    if crashes() {
+                        panic!("the job crashed before it started");
+                    }
+                    async { Ok::<(), BoxError>(()) }
+                })
+                .await
+        })
+        .await
+        .unwrap_err()
+        .is_panic()
+    }
+
+    let breaker = breaker(1);
+    assert!(crash_while_building(&breaker).await, "resumed to the caller");
+    let counts = breaker.snapshot().counts;
+    assert_eq!((counts.calls, counts.failures), (1, 1), "{counts:?}");
+    assert_eq!(breaker.state(), State::Open, "the failure tripped it");
+
+    advance(Duration::from_secs(10)).await;
+    assert_eq!(breaker.state(), State::HalfOpen);
+    assert!(crash_while_building(&breaker).await);
+    assert_eq!(breaker.state(), State::Open, "the crashed probe failed");
+    let counts = breaker.snapshot().counts;
+    assert_eq!((counts.calls, counts.failures, counts.opened), (2, 2, 2));
+}
+
 /// A call in flight through the service when `trip` comes from another
 /// task: its outcome belongs to the generation the trip ended.
 #[tokio::test(start_paused = true)]
