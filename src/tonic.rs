@@ -19,11 +19,12 @@ impl From<CircuitOpen> for Status {
     /// `grpc-retry-pushback-ms` metadata, and the `CircuitOpen` as the
     /// status's source (so [`CircuitOpen::find`] finds it).
     ///
-    /// A zero delay (the time the refusal named has passed, or the probes
-    /// in flight reach their deadline that instant) is sent as 1000 ms, the
-    /// same one-second floor as the HTTP `Retry-After`
-    /// ([`CircuitOpen::to_http_response`]): a pushback of zero tells a gRPC
-    /// client to retry at once, into the same refusal.
+    /// A delay under a second (down to zero: the time the refusal named has
+    /// passed, or the probes in flight reach their deadline that instant)
+    /// is sent as 1000 ms, the same one-second floor as the HTTP
+    /// `Retry-After` ([`CircuitOpen::to_http_response`]): a pushback of a
+    /// few milliseconds tells a gRPC client to retry at once, into the same
+    /// refusal.
     ///
     /// The message names the breaker, and a server that returns this
     /// status sends the name to its client: name breakers after what a
@@ -49,11 +50,9 @@ impl From<CircuitOpen> for Status {
     /// # }
     /// ```
     fn from(open: CircuitOpen) -> Status {
-        // Rounded up: a client told to come back never comes back early.
-        let delay_ms = match millis_up(open.retry_after()) {
-            0 => 1000,
-            ms => ms,
-        };
+        // Rounded up: a client told to come back never comes back early;
+        // and never under a second, as `Retry-After` in whole seconds.
+        let delay_ms = millis_up(open.retry_after()).max(1000);
         let mut status = Status::unavailable(format!(
             "upstream `{}` is unavailable; retry after {delay_ms} ms",
             open.breaker()
@@ -105,9 +104,13 @@ mod tests {
     }
 
     #[test]
-    fn a_zero_delay_is_sent_as_one_second() {
-        let status = Status::from(refusal(0));
-        assert_eq!(status.metadata().get(PUSHBACK).unwrap(), "1000");
+    fn a_delay_under_a_second_is_sent_as_one_second() {
+        for ms in [0, 1, 999, 1000] {
+            let status = Status::from(refusal(ms));
+            assert_eq!(status.metadata().get(PUSHBACK).unwrap(), "1000", "{ms} ms");
+        }
+        let status = Status::from(refusal(1001));
+        assert_eq!(status.metadata().get(PUSHBACK).unwrap(), "1001");
     }
 
     #[test]
