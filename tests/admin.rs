@@ -569,6 +569,182 @@ async fn control_refuses_requests_another_sites_page_makes_a_browser_send() {
     }
 }
 
+/// DNS rebinding: a page on `attacker.example`, once that name resolves
+/// to this machine, makes the browser send matching `Host`, `Origin` and
+/// `Sec-Fetch-Site` headers. Every route refuses a host the admin is not
+/// served under; loopback names always pass, others when named.
+#[tokio::test]
+async fn every_route_refuses_a_host_it_is_not_served_under() {
+    let breaker = named("openai");
+    let admin = || Admin::new(breaker.clone()).control(true);
+    let addr = serve(admin().router()).await;
+    let port = addr.port();
+    let rebound = format!("attacker.example:{port}");
+    let origin = format!("http://{rebound}");
+    let as_attacker = [
+        ("host", rebound.as_str()),
+        ("origin", origin.as_str()),
+        ("sec-fetch-site", "same-origin"),
+    ];
+    for (method, path) in [
+        (Method::POST, "/breakers/openai/force-open"),
+        (Method::POST, "/groups/open/force-open"),
+        (Method::POST, "/control/force-open?breaker=openai"),
+        (Method::GET, "/breakers"),
+        (Method::GET, "/breakers/openai"),
+        (Method::GET, "/events"),
+        (Method::GET, "/"),
+        (Method::GET, "/no-such-route"),
+    ] {
+        let reply = send(addr, method.clone(), path, &as_attacker).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::MISDIRECTED_REQUEST,
+            "{method} {path}"
+        );
+        assert!(
+            reply.json()["error"]
+                .as_str()
+                .unwrap()
+                .contains("allowed_hosts"),
+            "the refusal says what to do: {}",
+            reply.body
+        );
+        assert!(
+            !reply.body.contains("\"openai\""),
+            "nothing of the breakers leaks"
+        );
+    }
+    assert_eq!(breaker.state(), State::Closed, "no button was pressed");
+
+    for host in [
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        addr.to_string(),
+    ] {
+        let reply = send(
+            addr,
+            Method::GET,
+            "/breakers/openai",
+            &[("host", host.as_str())],
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::OK, "{host}");
+    }
+
+    let named_host = serve(admin().allowed_hosts(["gateway.internal"]).router()).await;
+    let host = format!("gateway.internal:{}", named_host.port());
+    let reply = send(
+        named_host,
+        Method::GET,
+        "/breakers/openai",
+        &[("host", host.as_str())],
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "a named host is served");
+    let reply = send(named_host, Method::GET, "/breakers/openai", &as_attacker).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::MISDIRECTED_REQUEST,
+        "naming one host allows no other"
+    );
+
+    let any = serve(admin().allow_any_host().router()).await;
+    let reply = send(
+        any,
+        Method::POST,
+        "/breakers/openai/force-open",
+        &as_attacker,
+    )
+    .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::OK,
+        "behind a proxy that checks the name"
+    );
+    assert_eq!(breaker.state(), State::ForcedOpen);
+}
+
+/// The query form of the control routes: the name is not a path segment,
+/// so a name such as `..` reaches the endpoint as it is.
+#[tokio::test]
+async fn control_by_query_acts_on_a_breaker_or_a_prefix_whatever_its_name() {
+    let (dot_dot, child) = (named(".."), named("../child"));
+    let addr = serve(
+        Admin::new(vec![dot_dot.clone(), child.clone()])
+            .control(true)
+            .router(),
+    )
+    .await;
+    let reply = post(addr, "/control/force-open?breaker=..&for=30s").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.json()["breaker"]["name"], "..");
+    assert_eq!(dot_dot.state(), State::Open);
+    assert_eq!(child.state(), State::Closed);
+
+    let reply = post(addr, "/control/disable?prefix=..").await;
+    assert_eq!(
+        (
+            reply.json()["matched"].as_u64(),
+            reply.json()["changed"].as_u64()
+        ),
+        (Some(2), Some(2))
+    );
+    assert_eq!(child.state(), State::Disabled);
+
+    for path in [
+        "/control/reset",
+        "/control/reset?breaker=..&prefix=..",
+        "/control/reset?breaker=..&colour=red",
+    ] {
+        assert_eq!(
+            post(addr, path).await.status,
+            StatusCode::BAD_REQUEST,
+            "{path}"
+        );
+    }
+    assert_eq!(
+        post(addr, "/control/explode?breaker=..").await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        post(addr, "/control/reset?breaker=nobody").await.status,
+        StatusCode::NOT_FOUND
+    );
+    let cross_site = send(
+        addr,
+        Method::POST,
+        "/control/reset?breaker=..",
+        &[("sec-fetch-site", "cross-site")],
+    )
+    .await;
+    assert_eq!(cross_site.status, StatusCode::FORBIDDEN);
+}
+
+/// A keep-alive interval of zero would send comments as fast as the
+/// client reads: it is taken as one second.
+#[tokio::test(start_paused = true)]
+async fn a_keep_alive_under_a_second_is_sent_once_a_second() {
+    let addr = serve(
+        Admin::new(named("search"))
+            .keep_alive(Some(Duration::ZERO))
+            .router(),
+    )
+    .await;
+    let mut events = Events::open(addr, "/events").await;
+    events.next().await.expect("a first event");
+    let before = Instant::now();
+    for _ in 0..3 {
+        let quiet = events.next().await.expect("a keep-alive");
+        assert_eq!(quiet.comments, ["keep-alive"]);
+    }
+    assert!(
+        before.elapsed() >= Duration::from_secs(3),
+        "three comments took {:?}",
+        before.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn hostile_names_are_escaped_in_the_json_and_the_events() {
     let registry = Registry::<String>::new(Config::default());

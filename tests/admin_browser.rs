@@ -380,6 +380,66 @@ async fn the_page_shows_open_breakers_hostile_names_as_text_and_transitions_with
     browser.close().await;
 }
 
+/// Breakers named `.` and `..`, which a browser would drop from a path as
+/// dot segments, are held open by the page's own buttons.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_buttons_control_breakers_named_dot_and_dot_dot() {
+    use tower_circuit_breaker::admin::Admin;
+    use tower_circuit_breaker::{Breaker, Config};
+
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let named = |name: &str| Breaker::new(Config::builder().name(name).build().unwrap());
+    let (dot, dot_dot, plain) = (named("."), named(".."), named("plain"));
+    let admin = Admin::new(vec![dot.clone(), dot_dot.clone(), plain.clone()])
+        .control(true)
+        .router();
+    let addr = app::serve(axum::Router::new().nest("/admin", admin))
+        .await
+        .expect("the admin on loopback");
+
+    let mut browser = Browser::launch(
+        target.join(format!("admin-browser-dots-{}", std::process::id())),
+        &target.join("admin-browser-dots.log"),
+    )
+    .await;
+    browser.open_page().await;
+    let navigated = browser
+        .call(
+            "Page.navigate",
+            json!({ "url": format!("http://{addr}/admin") }),
+        )
+        .await;
+    assert!(navigated.get("errorText").is_none(), "{navigated}");
+    for name in [".", ".."] {
+        browser
+            .wait_for(&format!("{name}'s row"), &row_shows(name, "closed"))
+            .await;
+        let clicked = browser
+            .eval(&format!(
+                "(() => {{ const row = [...document.querySelectorAll('#rows tr')]
+                     .find((tr) => tr.dataset.name === {name});
+                   const button = [...row.querySelectorAll('button')]
+                     .find((b) => b.textContent === 'Hold open');
+                   if (!button) return false;
+                   button.click();
+                   return true; }})()",
+                name = json!(name)
+            ))
+            .await;
+        assert_eq!(clicked, json!(true), "{name}'s row has a Hold open button");
+        browser
+            .wait_for(
+                &format!("{name}'s row held open"),
+                &row_shows(name, "forced open"),
+            )
+            .await;
+    }
+    assert_eq!(dot.state(), State::ForcedOpen);
+    assert_eq!(dot_dot.state(), State::ForcedOpen);
+    assert_eq!(plain.state(), State::Closed, "no other breaker was touched");
+    browser.close().await;
+}
+
 #[test]
 fn base64_decodes_as_the_standard_alphabet_says() {
     assert_eq!(base64("aGVsbG8="), b"hello");

@@ -265,7 +265,10 @@ async fn a_panic_while_run_builds_its_future_is_a_failure_and_a_failed_probe() {
     }
 
     let breaker = breaker(1);
-    assert!(crash_while_building(&breaker).await, "resumed to the caller");
+    assert!(
+        crash_while_building(&breaker).await,
+        "resumed to the caller"
+    );
     let counts = breaker.snapshot().counts;
     assert_eq!((counts.calls, counts.failures), (1, 1), "{counts:?}");
     assert_eq!(breaker.state(), State::Open, "the failure tripped it");

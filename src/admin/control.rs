@@ -1,5 +1,6 @@
-//! `POST /breakers/{name}/{action}` and `POST /groups/{prefix}/{action}`:
-//! manual control, routed only when [`Admin::control`] enables it.
+//! `POST /breakers/{name}/{action}`, `POST /groups/{prefix}/{action}` and
+//! `POST /control/{action}`: manual control, routed only when
+//! [`Admin::control`] enables it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,6 +104,18 @@ fn same_origin(headers: &HeaderMap) -> bool {
     matches!((origin_host, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h))
 }
 
+/// Refuses what another site's page makes a browser send.
+fn from_this_site(headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
+    if same_origin(headers) {
+        Ok(())
+    } else {
+        Err((
+            StatusCode::FORBIDDEN,
+            "control requests from another site's page are refused".to_string(),
+        ))
+    }
+}
+
 /// The checks every control request passes: where it comes from, what it
 /// asks.
 fn checked(
@@ -110,12 +123,7 @@ fn checked(
     action: &str,
     query: Result<Query<ControlQuery>, QueryRejection>,
 ) -> Result<Action, (StatusCode, String)> {
-    if !same_origin(headers) {
-        return Err((
-            StatusCode::FORBIDDEN,
-            "control requests from another site's page are refused".to_string(),
-        ));
-    }
+    from_this_site(headers)?;
     let Query(query) = query.map_err(|e| (StatusCode::BAD_REQUEST, e.body_text()))?;
     Action::read(action, query)
 }
@@ -127,10 +135,71 @@ pub(super) async fn one(
     headers: HeaderMap,
     query: Result<Query<ControlQuery>, QueryRejection>,
 ) -> Response {
-    let action = match checked(&headers, &action_name, query) {
-        Ok(action) => action,
-        Err((status, message)) => return json::error(status, message),
-    };
+    match checked(&headers, &action_name, query) {
+        Ok(action) => on_breaker(&admin, name, action_name, action),
+        Err((status, message)) => json::error(status, message),
+    }
+}
+
+/// `POST /groups/{prefix}/{action}`: every breaker whose name starts with
+/// `prefix`.
+pub(super) async fn group(
+    Shared(admin): Shared<Arc<Admin>>,
+    Path((prefix, action_name)): Path<(String, String)>,
+    headers: HeaderMap,
+    query: Result<Query<ControlQuery>, QueryRejection>,
+) -> Response {
+    match checked(&headers, &action_name, query) {
+        Ok(action) => on_group(&admin, prefix, action_name, action),
+        Err((status, message)) => json::error(status, message),
+    }
+}
+
+/// The query of `POST /control/{action}`: the breaker or the prefix it
+/// acts on, and `force-open`'s period.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TargetQuery {
+    breaker: Option<String>,
+    prefix: Option<String>,
+    #[serde(rename = "for")]
+    period: Option<String>,
+}
+
+/// `POST /control/{action}?breaker=NAME` or `?prefix=PREFIX`: the same as
+/// the two routes above, with the name in the query, where a browser
+/// leaves it as it is. In a path, a breaker named `.` or `..` (or a
+/// prefix) is a dot segment, which a browser removes before it sends the
+/// request; the page uses this route for every button.
+pub(super) async fn by_query(
+    Shared(admin): Shared<Arc<Admin>>,
+    Path(action_name): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<TargetQuery>, QueryRejection>,
+) -> Response {
+    let checked = from_this_site(&headers).and_then(|()| {
+        let Query(query) = query.map_err(|e| (StatusCode::BAD_REQUEST, e.body_text()))?;
+        let action = Action::read(
+            &action_name,
+            ControlQuery {
+                period: query.period,
+            },
+        )?;
+        Ok((query.breaker, query.prefix, action))
+    });
+    match checked {
+        Ok((Some(name), None, action)) => on_breaker(&admin, name, action_name, action),
+        Ok((None, Some(prefix), action)) => on_group(&admin, prefix, action_name, action),
+        Ok(_) => json::error(
+            StatusCode::BAD_REQUEST,
+            "name either `breaker` or `prefix` in the query".to_string(),
+        ),
+        Err((status, message)) => json::error(status, message),
+    }
+}
+
+/// Carries out `action` on the breaker named `name`.
+fn on_breaker(admin: &Admin, name: String, action_name: String, action: Action) -> Response {
     let Some(breaker) = admin.source.find(&name) else {
         return json::error(
             StatusCode::NOT_FOUND,
@@ -150,23 +219,13 @@ pub(super) async fn one(
         &Done {
             action: action_name,
             changed,
-            breaker: Entry::of(&admin, &breaker),
+            breaker: Entry::of(admin, &breaker),
         },
     )
 }
 
-/// `POST /groups/{prefix}/{action}`: every breaker whose name starts with
-/// `prefix`.
-pub(super) async fn group(
-    Shared(admin): Shared<Arc<Admin>>,
-    Path((prefix, action_name)): Path<(String, String)>,
-    headers: HeaderMap,
-    query: Result<Query<ControlQuery>, QueryRejection>,
-) -> Response {
-    let action = match checked(&headers, &action_name, query) {
-        Ok(action) => action,
-        Err((status, message)) => return json::error(status, message),
-    };
+/// Carries out `action` on every breaker whose name starts with `prefix`.
+fn on_group(admin: &Admin, prefix: String, action_name: String, action: Action) -> Response {
     let breakers: Vec<Breaker> = admin
         .source
         .breakers()

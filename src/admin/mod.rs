@@ -11,11 +11,17 @@
 //! | `GET /events` | transitions as server-sent events, live (`?prefix=` filters by name) |
 //! | `POST /breakers/{name}/{action}` | manual control of one breaker: **only with [`Admin::control`]** |
 //! | `POST /groups/{prefix}/{action}` | the same for every breaker whose name starts with `prefix`: **only with [`Admin::control`]** |
+//! | `POST /control/{action}?breaker={name}` or `?prefix={prefix}` | the same two, the name in the query (any name, `.` and `..` included): **only with [`Admin::control`]** |
 //!
+//! Every route, and every unknown path, first checks the request's host
+//! name: see [Who may reach it](#who-may-reach-it).
 //! Nested under `/admin`, the page is `/admin` itself: axum's nesting
 //! routes no `/admin/` (tower-http's `NormalizePath` can add it).
 //!
-//! Names go in paths percent-encoded (`/breakers/openai%2Fgpt-x`). The
+//! Names go in paths percent-encoded (`/breakers/openai%2Fgpt-x`); a name
+//! that is a dot segment (`.`, `..`), which browsers and many HTTP clients
+//! remove from a path however it is encoded, goes in the query of
+//! `/control/{action}` (the page's buttons use that route). The
 //! actions are `force-open` (held open until restored; `?for=30s` opens it
 //! for that long instead, then it probes as usual), `force-closed`,
 //! `disable`, `restore` and `reset`, as [`Breaker`](crate::Breaker) names
@@ -93,6 +99,26 @@
 //! ([`Admin::keep_alive`]) keeps proxies from closing the stream and lets
 //! the server notice clients that are gone.
 //!
+//! # Who may reach it
+//!
+//! The endpoint answers only requests whose `Host` (or, in HTTP/2, whose
+//! authority) is one of its names: by default the loopback ones
+//! (`localhost` and its subdomains, `127.0.0.0/8`, `[::1]`, any port).
+//! Any other is refused with `421 Misdirected Request` on every route.
+//! This is what stops DNS rebinding: a page on `attacker.example`, once
+//! its owner points that name at this machine's address, is same-origin
+//! with whatever the browser finds there, so no `Origin` or
+//! `Sec-Fetch-Site` check can tell it from the real page; but the browser
+//! still names `attacker.example` as the host. Loopback names are always
+//! allowed, since a browser sends them only for a page it loaded from
+//! this machine.
+//!
+//! Served on another interface, name what on-call people type in the
+//! address bar with [`Admin::allowed_hosts`]; behind a proxy that checks
+//! (or rewrites) the name itself, [`Admin::allow_any_host`] turns the
+//! check off. A request naming no host at all (HTTP/1.0) passes: no
+//! browser sends one.
+//!
 //! # Control, and who may use it
 //!
 //! Control routes change what every request sees, so they exist only when
@@ -117,9 +143,11 @@
 //!
 //! Control requests that a browser marks as coming from another site
 //! (`Sec-Fetch-Site`, or an `Origin` other than the `Host`) are refused
-//! with `403`, so that a page elsewhere cannot make an on-call person's
-//! browser press the buttons; requests without those headers (`curl`, a
-//! script) are not affected. Answers give what changed:
+//! with `403`, and requests under a host the endpoint is not served under
+//! with `421` ([above](#who-may-reach-it)), so that a page elsewhere cannot
+//! make an on-call person's browser press the buttons; requests without
+//! those headers (`curl`, a script) are not affected. Answers give what
+//! changed:
 //!
 //! ```json
 //! { "action": "force-open", "changed": true, "breaker": { "name": "openai", "state": "forced_open", ... } }
@@ -127,6 +155,7 @@
 //! ```
 
 mod control;
+mod host;
 mod json;
 mod list;
 mod page;
@@ -140,10 +169,14 @@ use std::time::Duration;
 use axum::routing::{get, post};
 use axum::Router;
 
+use host::Hosts;
 pub use source::Source;
 
 /// How long an event stream may stay silent before it sends a comment.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// The shortest keep-alive interval: a comment at most once a second, so
+/// that no setting makes a stream send as fast as its client reads.
+const MIN_KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 type ParentOf = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
@@ -192,6 +225,7 @@ pub struct Admin {
     control: bool,
     parent_of: Option<ParentOf>,
     keep_alive: Option<Duration>,
+    hosts: Hosts,
 }
 
 impl Admin {
@@ -203,6 +237,7 @@ impl Admin {
             control: false,
             parent_of: None,
             keep_alive: Some(KEEP_ALIVE),
+            hosts: Hosts::Loopback,
         }
     }
 
@@ -226,9 +261,43 @@ impl Admin {
     }
 
     /// How long an event stream may stay silent before it sends a comment
-    /// (default 15 s); `None` sends none.
+    /// (default 15 s); `None` sends none. An interval under a second is
+    /// taken as one second.
     pub fn keep_alive(mut self, every: Option<Duration>) -> Self {
-        self.keep_alive = every;
+        self.keep_alive = every.map(|every| every.max(MIN_KEEP_ALIVE));
+        self
+    }
+
+    /// The host names the endpoint answers under, beside the loopback ones
+    /// (default: loopback only). Each is a name, an IPv4 address or a
+    /// bracketed IPv6 one, as a `Host` header writes it; ports are not
+    /// compared. Every route answers a request naming any other host with
+    /// `421 Misdirected Request`. See
+    /// [the module docs](self#who-may-reach-it).
+    ///
+    /// ```
+    /// use tower_circuit_breaker::{admin::Admin, Breaker, Config};
+    ///
+    /// let breaker = Breaker::new(Config::default());
+    /// // Served on every interface, reached as http://ops-gateway-1:9000/.
+    /// let admin = Admin::new(breaker).allowed_hosts(["ops-gateway-1", "10.0.4.17"]);
+    /// # let _ = admin;
+    /// ```
+    pub fn allowed_hosts<I, H>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = H>,
+        H: AsRef<str>,
+    {
+        self.hosts = Hosts::also(hosts);
+        self
+    }
+
+    /// Answers under any host name: for an endpoint behind a proxy that
+    /// checks the name itself (or rewrites it). Without such a proxy, a
+    /// page on any name that its owner points at this machine can read the
+    /// breakers and, with [`control`](Self::control), press the buttons.
+    pub fn allow_any_host(mut self) -> Self {
+        self.hosts = Hosts::Any;
         self
     }
 
@@ -247,9 +316,18 @@ impl Admin {
         if control {
             router = router
                 .route("/breakers/{name}/{action}", post(control::one))
-                .route("/groups/{prefix}/{action}", post(control::group));
+                .route("/groups/{prefix}/{action}", post(control::group))
+                .route("/control/{action}", post(control::by_query));
         }
-        router.with_state(Arc::new(self))
+        let admin = Arc::new(self);
+        // `layer`, not `route_layer`: unknown paths are checked too, so a
+        // page on another name learns nothing of which routes exist.
+        router
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&admin),
+                host::check,
+            ))
+            .with_state(admin)
     }
 
     /// The parent `name` is given, if any.
@@ -267,6 +345,7 @@ impl fmt::Debug for Admin {
             .field("control", &self.control)
             .field("parent", &self.parent_of.is_some())
             .field("keep_alive", &self.keep_alive)
+            .field("hosts", &self.hosts)
             .finish()
     }
 }

@@ -67,13 +67,17 @@ impl Reply {
     }
 }
 
-/// Sends `method path` with `headers` on a fresh connection.
+/// Sends `method path` with `headers` on a fresh connection (`Host` is
+/// `addr`, unless `headers` name one).
 pub async fn send(addr: SocketAddr, method: Method, path: &str, headers: &[(&str, &str)]) -> Reply {
     let mut sender = connect(addr, None).await;
-    let mut request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", addr.to_string());
+    let mut request = Request::builder().method(method).uri(path);
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        request = request.header("host", addr.to_string());
+    }
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
