@@ -48,6 +48,7 @@
 //! assert!(openings.0.load(Ordering::Relaxed) >= 1);
 //! ```
 
+use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -134,6 +135,19 @@ pub struct Transition {
     /// Announced by a breaker in shadow mode: what a real breaker would have
     /// done; no call was refused.
     pub shadow: bool,
+    /// Which breaker announced it: breakers may share a name.
+    pub(crate) origin: Origin,
+}
+
+/// The breaker a transition comes from: the address of its shared state,
+/// unique among the breakers alive (so among those a subscriber holds).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Origin(pub(crate) usize);
+
+impl fmt::Debug for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Origin({:#x})", self.0)
+    }
 }
 
 /// Watches every breaker of the process: added with [`observe`]. Both

@@ -355,6 +355,27 @@ async fn events_keep_to_the_breakers_shown_and_to_the_prefix() {
     );
 }
 
+/// A breaker outside the set that shares a name with one in it: its
+/// transitions are not the set's, and the page must not show them as if
+/// they were.
+#[tokio::test]
+async fn events_of_a_set_leave_out_other_breakers_of_the_same_name() {
+    let shown = named("openai");
+    let namesake = named("openai");
+    let addr = serve(admin::router(vec![shown.clone()])).await;
+    let mut events = Events::open(addr, "/events").await;
+    events.next().await.unwrap();
+
+    namesake.force_open(None);
+    shown.disable();
+    let first = events.next_event().await.unwrap().json();
+    assert_eq!(
+        (first["breaker"].as_str(), first["to"].as_str()),
+        (Some("openai"), Some("disabled")),
+        "the namesake's forced opening is not the shown breaker's"
+    );
+}
+
 /// A client that stops reading: the server's writes to it fill the
 /// sockets' buffers, its stream is no longer polled and falls behind the
 /// registry's channel. The breakers go on without waiting, a client that

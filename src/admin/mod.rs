@@ -84,8 +84,9 @@
 //! a transition is announced. A registry's stream is the registry's own
 //! channel ([`Registry::subscribe`](crate::registry::Registry::subscribe));
 //! the stream of a set of breakers hears every breaker of the process
-//! through one [observer](crate::events::observe) and keeps those named in
-//! the set.
+//! through one [observer](crate::events::observe) and keeps those of the
+//! set's own breakers (by breaker, not by name: another breaker that shares
+//! a name with one of them is left out).
 //!
 //! Each client reads from a bounded buffer of its own (a position in a
 //! broadcast channel of 64 transitions for a registry, 1,024 for a set of

@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::broadcast;
 
-use crate::events::{self, Observer, Transition};
+use crate::events::{self, Observer, Origin, Transition};
 use crate::registry::Registry;
 use crate::{Breaker, BreakerGroup};
 
@@ -28,7 +28,7 @@ enum Kind {
     Registry(Arc<dyn Keyed>),
     Set {
         breakers: Arc<[Breaker]>,
-        names: Arc<HashSet<Arc<str>>>,
+        members: Arc<HashSet<Origin>>,
     },
 }
 
@@ -63,29 +63,32 @@ where
 /// source's.
 pub(super) struct Feed {
     pub(super) receiver: broadcast::Receiver<Transition>,
-    /// For a set of breakers: the names in it (the channel carries every
-    /// breaker of the process). `None` for a registry's own channel.
-    pub(super) names: Option<Arc<HashSet<Arc<str>>>>,
+    /// For a set of breakers: the breakers in it (the channel carries
+    /// every breaker of the process, and breakers may share a name).
+    /// `None` for a registry's own channel.
+    pub(super) members: Option<Arc<HashSet<Origin>>>,
 }
 
 impl Feed {
     /// Whether `transition` is one of the source's breakers'.
     pub(super) fn is_ours(&self, transition: &Transition) -> bool {
-        self.names
+        self.members
             .as_ref()
-            .is_none_or(|names| names.contains(&transition.breaker))
+            .is_none_or(|members| members.contains(&transition.origin))
     }
 }
 
 impl Source {
     fn set(breakers: impl IntoIterator<Item = Breaker>) -> Self {
         let breakers: Arc<[Breaker]> = breakers.into_iter().collect();
-        let names = breakers.iter().map(|b| Arc::from(b.name())).collect();
+        // The set holds its breakers, so no other breaker alive has the
+        // origin of one of them.
+        let members = breakers.iter().map(|b| b.shared.origin()).collect();
         // Installed now, so that transitions from here on are heard.
         every_transition();
         Source(Kind::Set {
             breakers,
-            names: Arc::new(names),
+            members: Arc::new(members),
         })
     }
 
@@ -112,11 +115,11 @@ impl Source {
         match &self.0 {
             Kind::Registry(registry) => Feed {
                 receiver: registry.subscribe(),
-                names: None,
+                members: None,
             },
-            Kind::Set { names, .. } => Feed {
+            Kind::Set { members, .. } => Feed {
                 receiver: every_transition().subscribe(),
-                names: Some(Arc::clone(names)),
+                members: Some(Arc::clone(members)),
             },
         }
     }

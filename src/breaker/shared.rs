@@ -59,7 +59,7 @@ use super::fleet::FleetLink;
 use super::state::{Manual, Tag, Word};
 use crate::config::{Config, Settings};
 use crate::events::State;
-use crate::events::Transition;
+use crate::events::{Origin, Transition};
 use crate::millis::millis_up;
 use crate::outcome::Outcome;
 use crate::policy::{PolicyState, TripReason};
@@ -431,6 +431,11 @@ impl Shared {
 
     pub(crate) fn name(&self) -> &Arc<str> {
         &self.name
+    }
+
+    /// This breaker, as its transitions name it.
+    pub(crate) fn origin(&self) -> Origin {
+        Origin(self as *const Shared as usize)
     }
 
     #[inline]

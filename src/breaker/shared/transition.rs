@@ -145,6 +145,7 @@ impl Shared {
             reason,
             retry_after,
             shadow: self.hot.shadow.load(Ordering::Relaxed),
+            origin: self.origin(),
         }
     }
 }
