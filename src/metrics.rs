@@ -6,7 +6,7 @@
 //! | --- | --- | --- | --- |
 //! | `circuit_breaker_state` | gauge, one-hot: 1 for the current state, 0 for every other | `breaker`, `state` | at creation and on every transition |
 //! | `circuit_breaker_transitions_total` | counter | `breaker`, `from`, `to` | on every transition |
-//! | `circuit_breaker_calls_total` | counter | `breaker`, `outcome` (`admitted`, `rejected`, `failure`, `ignored`, `stale`, `cancelled`) | by [`export`] / [`export_registry`] |
+//! | `circuit_breaker_calls_total` | counter | `breaker`, `outcome` (`admitted`, `rejected`, `failure`, `ignored`, `stale`, `cancelled`, `recorded`) | by [`export`] / [`export_registry`] |
 //! | `circuit_breaker_opened_total` | counter | `breaker` | by [`export`] / [`export_registry`] |
 //!
 //! A Grafana dashboard over these series (states over time per breaker,
@@ -21,6 +21,20 @@
 //! before rendering a scrape: the request path writes nothing extra for
 //! metrics. The `breaker` label is the breaker's name (its key, in a
 //! registry).
+//!
+//! The outcomes are those of [`Counts`](crate::Counts): `recorded` counts
+//! outcomes fed from outside any call ([`Breaker::record`]), which also
+//! count in `failure` or `ignored`. There is no `success` series: a
+//! closed-state success writes nothing shared (that is what keeps the
+//! request path free of contention), so successes are what is left,
+//! in PromQL
+//!
+//! ```text
+//! sum without (outcome) (circuit_breaker_calls_total{outcome=~"admitted|recorded"})
+//!   - sum without (outcome) (circuit_breaker_calls_total{outcome=~"failure|ignored|stale|cancelled"})
+//! ```
+//!
+//! which counts the calls still in flight as successes until they end.
 //!
 //! In a [`Registry`], every key gets its own series (six state gauges from
 //! the breaker's creation), and a recorder keeps the series of evicted keys
@@ -127,6 +141,7 @@ pub fn export(breaker: &Breaker) {
         ("ignored", counts.ignored),
         ("stale", counts.stale),
         ("cancelled", counts.cancelled),
+        ("recorded", counts.recorded),
     ] {
         counter!("circuit_breaker_calls_total", "breaker" => name.clone(), "outcome" => outcome)
             .absolute(value);

@@ -141,6 +141,8 @@ async fn state_gauge_is_one_hot_after_every_transition_and_counts_export() {
 
     // A call whose caller gives up before the answer: cancelled.
     drop(svc.ready().await.unwrap().call(false));
+    // A health check's result, fed from outside any call.
+    breaker.record(tower_circuit_breaker::classify::Outcome::Success);
 
     metrics_facade::export(&breaker);
     let calls = seen.series("circuit_breaker_calls_total", "metered");
@@ -148,6 +150,13 @@ async fn state_gauge_is_one_hot_after_every_transition_and_counts_export() {
     assert_eq!(calls["outcome=rejected"], 1.0);
     assert_eq!(calls["outcome=failure"], 1.0);
     assert_eq!(calls["outcome=cancelled"], 1.0);
+    assert_eq!(calls["outcome=recorded"], 1.0);
+    // Successes, as the module docs derive them: the probe and the check.
+    let settled = ["failure", "ignored", "stale", "cancelled"]
+        .map(|o| calls.get(&format!("outcome={o}")).copied().unwrap_or(0.0));
+    let successes =
+        calls["outcome=admitted"] + calls["outcome=recorded"] - settled.iter().sum::<f64>();
+    assert_eq!(successes, 2.0);
     let opened = seen.series("circuit_breaker_opened_total", "metered");
     assert_eq!(
         opened[""], 1.0,

@@ -31,14 +31,16 @@ impl Entry {
     }
 }
 
-/// Failures over the calls whose outcome counted since the breaker was
-/// made: admitted calls less those ignored, dropped as stale or cancelled.
-/// (Calls still in flight count as not failed; successes are not counted
-/// separately, see [`Counts`](crate::Counts).)
+/// Failures over the outcomes that counted since the breaker was made:
+/// admitted calls and outcomes recorded from outside calls, less those
+/// ignored, dropped as stale or cancelled; numerator and denominator count
+/// the same outcomes. (Calls still in flight count as not failed;
+/// successes are not counted separately, see [`Counts`](crate::Counts).)
 fn failure_rate(snapshot: &Snapshot) -> Option<f64> {
     let counts = &snapshot.counts;
     let settled = counts
         .calls
+        .saturating_add(counts.recorded)
         .saturating_sub(counts.ignored)
         .saturating_sub(counts.stale)
         .saturating_sub(counts.cancelled);
@@ -130,5 +132,36 @@ mod tests {
         snapshot.counts.stale = 1;
         snapshot.counts.failures = 4;
         assert_eq!(failure_rate(&snapshot), Some(0.8));
+    }
+
+    #[test]
+    fn outcomes_recorded_outside_calls_count_in_the_rate_on_both_sides() {
+        use crate::classify::Outcome;
+        use crate::policy::ConsecutiveFailures;
+        let config = crate::Config::builder()
+            .trip(ConsecutiveFailures::new(100))
+            .build()
+            .unwrap();
+        let breaker = Breaker::new(config);
+        // Three health checks failed, one passed; no call was made.
+        for outcome in [
+            Outcome::Failure,
+            Outcome::Failure,
+            Outcome::Success,
+            Outcome::Failure,
+        ] {
+            breaker.record(outcome);
+        }
+        let snapshot = breaker.snapshot();
+        assert_eq!((snapshot.counts.calls, snapshot.counts.recorded), (0, 4));
+        assert_eq!(
+            failure_rate(&snapshot),
+            Some(0.75),
+            "not 3 failures over 0 calls"
+        );
+        // Open: a recorded outcome changes nothing, and is not counted.
+        breaker.force_open(None);
+        breaker.record(Outcome::Failure);
+        assert_eq!(breaker.snapshot().counts.recorded, 4);
     }
 }

@@ -43,8 +43,9 @@
 //! feature writes it (`name`, `state`, `time_in_state_ms`,
 //! `retry_after_ms`, `policy` with its figures, `counts`, `last_trip`...),
 //! with two more fields: `parent`, the name [`Admin::parent`] gives (or
-//! null), and `failure_rate`, failures over the calls whose outcome counted
-//! since the breaker was made (null before any).
+//! null), and `failure_rate`, failures over the outcomes that counted
+//! since the breaker was made (calls, and outcomes recorded from outside
+//! calls, less those ignored, stale or cancelled; null before any).
 //!
 //! `GET /breakers` answers one page:
 //!

@@ -345,7 +345,10 @@ impl BreakerGroup {
 /// put a shared write on the hot path this crate keeps free of one. Calls
 /// and refusals are counted by each service clone for itself and summed
 /// here. Every admitted call ends as a success, a failure, an ignored or a
-/// stale outcome, or a cancellation, or is still in flight.
+/// stale outcome, or a cancellation, or is still in flight. Outcomes fed
+/// from outside any call ([`Breaker::record`]) count in `failures` or
+/// `ignored` as a call's would, and in `recorded`, not in `calls`: the
+/// outcomes counted in all are `calls + recorded`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Counts {
@@ -369,4 +372,8 @@ pub struct Counts {
     pub opened: u64,
     /// Probe permits granted.
     pub probes: u64,
+    /// Outcomes fed from outside any call ([`Breaker::record`],
+    /// [`Registry::record`](crate::registry::Registry::record)) that
+    /// counted: while closed or held closed.
+    pub recorded: u64,
 }

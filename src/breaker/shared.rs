@@ -152,13 +152,16 @@ pub(super) struct Book {
     counts: BookCounts,
 }
 
-/// Counts kept under the lock: failures, stale outcomes, openings, probes.
+/// Counts kept under the lock: failures, stale outcomes, openings, probes,
+/// outcomes recorded from outside calls.
 #[derive(Default)]
 struct BookCounts {
     failures: u64,
     stale: u64,
     opened: u64,
     probes: u64,
+    /// Outcomes fed from outside any call that counted.
+    recorded: u64,
 }
 
 /// What the lock guards: the book, made the first time the breaker needs

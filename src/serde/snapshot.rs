@@ -18,10 +18,10 @@ impl Serialize for State {
 }
 
 /// As a struct of its counters: `calls`, `rejected`, `failures`, `ignored`,
-/// `stale`, `cancelled`, `opened`, `probes`.
+/// `stale`, `cancelled`, `opened`, `probes`, `recorded`.
 impl Serialize for Counts {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("Counts", 8)?;
+        let mut s = serializer.serialize_struct("Counts", 9)?;
         s.serialize_field("calls", &self.calls)?;
         s.serialize_field("rejected", &self.rejected)?;
         s.serialize_field("failures", &self.failures)?;
@@ -30,6 +30,7 @@ impl Serialize for Counts {
         s.serialize_field("cancelled", &self.cancelled)?;
         s.serialize_field("opened", &self.opened)?;
         s.serialize_field("probes", &self.probes)?;
+        s.serialize_field("recorded", &self.recorded)?;
         s.end()
     }
 }

@@ -97,8 +97,11 @@ impl Shared {
             Tag::Manual if w.manual_mode() == Manual::ForcedClosed => {
                 self.count_outcome(verdict.outcome())
             }
-            _ => {}
+            _ => return,
         }
+        // Counted apart from calls, so that rates over the counts have
+        // these outcomes in their denominator too.
+        self.lock().counts.recorded += 1;
     }
 }
 

@@ -56,6 +56,7 @@ impl Shared {
                 cancelled: c.cancelled.load(Ordering::Relaxed),
                 opened: 0,
                 probes: 0,
+                recorded: 0,
             },
         };
         // A breaker without a book has only ever succeeded: fresh, closed
@@ -80,6 +81,7 @@ impl Shared {
         snapshot.counts.stale = counts.stale;
         snapshot.counts.opened = counts.opened;
         snapshot.counts.probes = counts.probes;
+        snapshot.counts.recorded = counts.recorded;
         snapshot
     }
 }
