@@ -177,9 +177,14 @@ impl Config {
     }
 
     /// A preset for a model router in front of LLM providers: three
-    /// failures in a row open the breaker, it stays open at least 10 s, an
-    /// [active probe](crate::Breaker::probe_actively) goes every 5 s, and two
-    /// probe successes in a row close it. Adjust it like any builder.
+    /// failures in a row open the breaker, it stays open at least 10 s, and
+    /// two probe successes in a row close it. It also sets the
+    /// [`probe_interval`](ConfigBuilder::probe_interval) to 5 s, which only
+    /// active probing uses: turn that on with
+    /// [`Breaker::probe_actively`](crate::Breaker::probe_actively), and a
+    /// probe goes every 5 s while the breaker is open; without it, user
+    /// requests probe after each open period, as with any config. Adjust
+    /// it like any builder.
     ///
     /// ```
     /// use std::time::Duration;
@@ -188,6 +193,7 @@ impl Config {
     /// let config = Config::model_router().name("openai").build()?;
     /// assert_eq!(config.min_open(), Duration::from_secs(10));
     /// assert_eq!(config.successes_to_close(), 2);
+    /// assert_eq!(config.probe_interval(), Duration::from_secs(5)); // for probe_actively
     /// # Ok::<_, tower_circuit_breaker::ConfigError>(())
     /// ```
     pub fn model_router() -> ConfigBuilder {

@@ -150,6 +150,45 @@ async fn breakers_are_listed_with_state_time_retry_after_policy_counts_and_paren
     );
 }
 
+/// Over a registry with a parent function, the admin names each
+/// breaker's parent without being told how; `Admin::parent` replaces it.
+#[tokio::test]
+async fn a_registrys_own_parent_function_names_the_parents() {
+    let registry = models();
+    call(&registry, "openai/mini", false).await;
+    call(&registry, "anthropic/claude", false).await;
+    let addr = serve(admin::router(registry.clone())).await;
+    let parents = |page: &Value| -> Vec<(String, Value)> {
+        page["breakers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (b["name"].as_str().unwrap().to_string(), b["parent"].clone()))
+            .collect()
+    };
+    let page = get(addr, "/breakers?sort=name").await.json();
+    assert_eq!(
+        parents(&page),
+        [
+            ("anthropic".to_string(), Value::Null),
+            ("anthropic/claude".to_string(), "anthropic".into()),
+            ("openai".to_string(), Value::Null),
+            ("openai/mini".to_string(), "openai".into()),
+        ]
+    );
+    let one = get(addr, &format!("/breakers/{}", encode("openai/mini")))
+        .await
+        .json();
+    assert_eq!(one["parent"], "openai");
+
+    let replaced = Admin::new(registry.clone()).parent(|_| Some("everyone".to_string()));
+    let addr = serve(replaced.router()).await;
+    let one = get(addr, &format!("/breakers/{}", encode("openai/mini")))
+        .await
+        .json();
+    assert_eq!(one["parent"], "everyone");
+}
+
 #[tokio::test]
 async fn ten_thousand_breakers_are_filtered_and_paged_on_the_server() {
     let registry = Registry::<String>::builder().max_keys(10_000).build();

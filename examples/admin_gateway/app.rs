@@ -152,10 +152,9 @@ pub fn gateway(registry: &Registry<String>, upstream_addr: SocketAddr) -> Router
             upstream: BoxCloneSyncService::new(upstream),
             upstream_addr,
         })
-        .nest(
-            "/admin",
-            Admin::new(registry.clone()).parent(provider_of).router(),
-        )
+        // The page names each model's provider by the registry's own
+        // parent function.
+        .nest("/admin", Admin::new(registry.clone()).router())
 }
 
 async fn forward(

@@ -22,9 +22,15 @@ pub(super) struct Entry {
 
 impl Entry {
     pub(super) fn of(admin: &Admin, breaker: &Breaker) -> Self {
+        let parent = admin.parents(&[breaker]).pop().flatten();
+        Entry::with_parent(breaker, parent)
+    }
+
+    /// The entry of `breaker`, whose parent's name is known.
+    pub(super) fn with_parent(breaker: &Breaker, parent: Option<String>) -> Self {
         let snapshot = breaker.snapshot();
         Entry {
-            parent: admin.parent_of(&snapshot.name),
+            parent,
             failure_rate: failure_rate(&snapshot),
             snapshot,
         }

@@ -156,11 +156,16 @@ impl Page {
                 ra.cmp(rb).then_with(|| a.name().cmp(b.name()))
             });
         }
-        let breakers = matched
+        let shown: Vec<&Breaker> = matched
             .iter()
             .skip(filter.offset)
             .take(filter.limit)
-            .map(|(_, b)| Entry::of(admin, b))
+            .map(|(_, b)| b)
+            .collect();
+        let breakers = shown
+            .iter()
+            .zip(admin.parents(&shown))
+            .map(|(b, parent)| Entry::with_parent(b, parent))
             .collect();
         Page {
             total,

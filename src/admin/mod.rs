@@ -42,8 +42,8 @@
 //! Each breaker is its [`Snapshot`](crate::Snapshot) as the `serde`
 //! feature writes it (`name`, `state`, `time_in_state_ms`,
 //! `retry_after_ms`, `policy` with its figures, `counts`, `last_trip`...),
-//! with two more fields: `parent`, the name [`Admin::parent`] gives (or
-//! null), and `failure_rate`, failures over the outcomes that counted
+//! with two more fields: `parent`, the name [`Admin::parent`] gives (or a
+//! registry's own parent function, without it; null for none), and `failure_rate`, failures over the outcomes that counted
 //! since the breaker was made (calls, and outcomes recorded from outside
 //! calls, less those ignored, stale or cancelled; null before any).
 //!
@@ -251,9 +251,11 @@ impl Admin {
         self
     }
 
-    /// How to name a breaker's parent from its name (a registry's parent
-    /// function, on names), shown as `parent` in the JSON and under the
-    /// name on the page.
+    /// How to name a breaker's parent from its name, shown as `parent` in
+    /// the JSON and under the name on the page. Over a
+    /// [`Registry`](crate::registry::Registry) with a
+    /// [parent function](crate::registry::RegistryBuilder::parent), the
+    /// registry's is used without this; this one replaces it.
     pub fn parent(
         mut self,
         parent_of: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
@@ -332,11 +334,13 @@ impl Admin {
             .with_state(admin)
     }
 
-    /// The parent `name` is given, if any.
-    fn parent_of(&self, name: &str) -> Option<String> {
-        self.parent_of
-            .as_ref()
-            .and_then(|parent_of| parent_of(name))
+    /// The names of the parents of `of`: by [`parent`](Self::parent)'s
+    /// function if it was given, else by the registry's.
+    fn parents(&self, of: &[&crate::Breaker]) -> Vec<Option<String>> {
+        match &self.parent_of {
+            Some(parent_of) => of.iter().map(|b| parent_of(b.name())).collect(),
+            None => self.source.parents(of),
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! What the admin endpoint shows: a registry's breakers, or a set of
 //! breakers, and where each hears of transitions.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, OnceLock};
@@ -37,6 +37,8 @@ trait Keyed: Send + Sync + 'static {
     fn breakers(&self) -> Vec<Breaker>;
     fn subscribe(&self) -> broadcast::Receiver<Transition>;
     fn len(&self) -> usize;
+    /// The names of the parents of `of`, by the registry's parent function.
+    fn parents(&self, of: &[&Breaker]) -> Vec<Option<String>>;
 }
 
 impl<K> Keyed for Registry<K>
@@ -56,6 +58,26 @@ where
 
     fn len(&self) -> usize {
         Registry::len(self)
+    }
+
+    fn parents(&self, of: &[&Breaker]) -> Vec<Option<String>> {
+        let mut parents = vec![None; of.len()];
+        if !self.has_parents() {
+            return parents;
+        }
+        // Breakers are found by identity, keys by one pass over the
+        // registry: a page's parents cost what listing it does.
+        let wanted: HashMap<Origin, usize> = of
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b.shared.origin(), i))
+            .collect();
+        for (key, breaker) in Registry::breakers(self) {
+            if let Some(&i) = wanted.get(&breaker.shared.origin()) {
+                parents[i] = self.parent_key(&key).map(|parent| parent.to_string());
+            }
+        }
+        parents
     }
 }
 
@@ -97,6 +119,15 @@ impl Source {
         match &self.0 {
             Kind::Registry(registry) => registry.breakers(),
             Kind::Set { breakers, .. } => breakers.to_vec(),
+        }
+    }
+
+    /// The names of the parents of `of`: a registry's parent function's
+    /// (none for a set of breakers).
+    pub(super) fn parents(&self, of: &[&Breaker]) -> Vec<Option<String>> {
+        match &self.0 {
+            Kind::Registry(registry) => registry.parents(of),
+            Kind::Set { .. } => vec![None; of.len()],
         }
     }
 

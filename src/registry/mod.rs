@@ -319,6 +319,21 @@ where
         }
     }
 
+    /// The parent key of `key`, as the registry's parent function names it
+    /// (`None` without one, or when it names `key` itself).
+    pub(crate) fn parent_key(&self, key: &K) -> Option<K> {
+        self.inner
+            .parent_of
+            .as_ref()
+            .and_then(|f| f(key))
+            .filter(|parent| parent != key)
+    }
+
+    /// Whether the registry has a parent function.
+    pub(crate) fn has_parents(&self) -> bool {
+        self.inner.parent_of.is_some()
+    }
+
     /// The breaker for `key` and, when the key has one, its parent's.
     pub fn get_with_parent(&self, key: &K) -> Result<(Breaker, Option<Breaker>), RegistryFull> {
         self.get_with_parent_hashed(key, self.hash(key))
