@@ -84,7 +84,10 @@ struct Instance {
 
 impl Instance {
     fn new(fleet: &MemoryFleet, config: Config, upstream: &Upstream) -> Self {
-        let store = fleet.instance();
+        Instance::with_store(fleet.instance(), config, upstream)
+    }
+
+    fn with_store(store: MemoryStore, config: Config, upstream: &Upstream) -> Self {
         let layer = CircuitBreakerLayer::new(config);
         let breaker = layer.breaker();
         assert!(store.attach(&breaker));
@@ -782,6 +785,51 @@ async fn openings_from_a_quorum_of_instances_open_the_fleet() {
     assert_eq!(third.state(), State::Open);
     let event = last(&mut heard).expect("the third opened");
     assert_eq!(event.reason, Some(TripReason::Shared));
+}
+
+/// A broken instance that crashes after two failures and starts again,
+/// over and over: made again under its name, it is still one instance
+/// failing, and the quorum of two keeps the healthy fleet serving.
+#[tokio::test(start_paused = true)]
+async fn a_crash_looping_named_instance_is_one_voter_however_often_it_restarts() {
+    let memory = MemoryFleet::builder().quorum(2).build().unwrap();
+    let config = config("llm", 3, Duration::from_secs(30));
+    let (broken, healthy) = (Upstream::failing(), Upstream::default());
+    let good = fleet_of(2, &memory, &config, &healthy);
+    for _ in 0..4 {
+        let bad = Instance::with_store(memory.named_instance("pod-a"), config.clone(), &broken);
+        for _ in 0..2 {
+            assert_eq!(bad.request().await, Answer::Failed);
+            settle().await;
+        }
+        // The process dies; its failures stay in the fleet's count.
+    }
+    assert!(memory.failures("llm") >= 3, "past the count's threshold");
+    assert_eq!(states(&good), [State::Closed; 2], "one voter is no quorum");
+    for instance in &good {
+        assert_eq!(instance.request().await, Answer::Answered);
+    }
+}
+
+/// The same crash loop without names: each restart is a new voter, so
+/// the restarted instance and its own earlier life make a quorum, and
+/// the healthy fleet is opened (what `MemoryFleet::instance` documents).
+#[tokio::test(start_paused = true)]
+async fn a_crash_looping_unnamed_instance_counts_again_after_each_restart() {
+    let memory = MemoryFleet::builder().quorum(2).build().unwrap();
+    let config = config("llm", 3, Duration::from_secs(30));
+    let (broken, healthy) = (Upstream::failing(), Upstream::default());
+    let good = fleet_of(2, &memory, &config, &healthy);
+    // Two failures in its first life, one in its second: three in the
+    // count, from two voters.
+    for failures in [2, 1] {
+        let bad = Instance::new(&memory, config.clone(), &broken);
+        for _ in 0..failures {
+            assert_eq!(bad.request().await, Answer::Failed);
+            settle().await;
+        }
+    }
+    assert_eq!(states(&good), [State::Open; 2], "two lives, two voters");
 }
 
 #[tokio::test(start_paused = true)]

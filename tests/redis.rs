@@ -1147,6 +1147,60 @@ async fn one_instance_failing_every_call_opens_only_itself_below_the_quorum() {
     assert_eq!(bad.store.stats().writes, 4, "offered once");
 }
 
+/// A broken instance that crashes after two failures and is started again,
+/// each life with a store of its own: given its stable name, it is one
+/// voter however often it restarts, and a quorum of two keeps the healthy
+/// fleet serving. Without a name, its second life makes a quorum with its
+/// first, and the fleet opens.
+#[tokio::test]
+async fn a_crash_looping_instance_makes_a_quorum_alone_only_without_a_name() {
+    let server = RedisServer::start();
+    let config = config("llm", 3, Duration::from_secs(30));
+    let (broken, healthy) = (Upstream::failing(), Upstream::default());
+    for (prefix, name, lives) in [
+        ("named", Some("pod-a"), [2, 2, 2]),
+        ("unnamed", None, [2, 1, 0]),
+    ] {
+        let builder = || store(&server, prefix).quorum(2);
+        let mut good = synced_fleet_of(2, builder, &config, &healthy).await;
+        for failures in lives.into_iter().filter(|&n| n > 0) {
+            let builder = match name {
+                Some(name) => builder().instance(name),
+                None => builder(),
+            };
+            let mut bad = Instance::new(builder, config.clone(), &broken);
+            if let Some(name) = name {
+                assert_eq!(bad.store.voter(), name);
+                assert!(bad.store.instance().starts_with(&format!("{name}-")));
+            }
+            synced(std::slice::from_ref(&bad)).await;
+            for _ in 0..failures {
+                assert_eq!(bad.request().await, Answer::Failed);
+            }
+            eventually("the life's failures written", || {
+                bad.store.stats().writes == failures
+            })
+            .await;
+            // The process dies here.
+        }
+        if name.is_some() {
+            let until = Instant::now() + Duration::from_secs(1);
+            while Instant::now() < until {
+                for instance in &mut good {
+                    assert_eq!(instance.request().await, Answer::Answered, "{prefix}");
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(
+                good.iter().all(|i| i.state() == State::Closed),
+                "one voter is no quorum"
+            );
+        } else {
+            all_in(&good, State::Open, "two lives made a quorum").await;
+        }
+    }
+}
+
 #[tokio::test]
 async fn failures_from_a_quorum_of_instances_open_all_of_them() {
     let server = RedisServer::start();

@@ -103,7 +103,7 @@ use tokio::time::Instant;
 use crate::error::ConfigError;
 use crate::store::fleet::{self, Link, LinkSettings, Queue};
 use crate::Breaker;
-use state::{Fleet, InstanceId, News};
+use state::{Caller, Fleet, News};
 use task::{Task, Timing};
 
 /// The shared state of one fleet of instances, in memory: what a Redis
@@ -222,7 +222,7 @@ pub struct MemoryStore {
 }
 
 pub(crate) struct Inner {
-    id: InstanceId,
+    id: Caller,
     fleet: Arc<FleetInner>,
     queue: Arc<Queue>,
     /// The task's news: attachments come this way, in order with what the
@@ -339,9 +339,43 @@ impl MemoryFleet {
     /// A new instance of the service in this fleet, its task started on
     /// the runtime the fleet was built on. Keep it as long as the instance
     /// lives: once every clone of it is dropped, its breakers stop sharing.
+    ///
+    /// An instance made this way has no name: toward a
+    /// [quorum](MemoryFleetBuilder::quorum), its failures count under an
+    /// identity of its own, so an instance made again after a restart is
+    /// another voter, and the failures of the one before still count for
+    /// the failure window. Give instances names with
+    /// [`named_instance`](Self::named_instance) where a quorum matters.
     pub fn instance(&self) -> MemoryStore {
+        self.join(None)
+    }
+
+    /// A new instance named `name` (a host, a pod): toward a quorum, its
+    /// failures count under that name, with those of every instance of the
+    /// same name, so a crash-looping instance made again and again under
+    /// its name is still one instance failing. Its probe leases are its
+    /// own: two live instances of one name never share a probe.
+    ///
+    /// ```
+    /// use tower_circuit_breaker::store::memory::MemoryFleet;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_circuit_breaker::store::memory::MemoryFleetError> {
+    /// let fleet = MemoryFleet::builder().quorum(2).build()?;
+    /// let first = fleet.named_instance("pod-a");
+    /// drop(first); // the process restarts
+    /// let again = fleet.named_instance("pod-a"); // still one voter
+    /// # let _ = again;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn named_instance(&self, name: &str) -> MemoryStore {
+        self.join(Some(name))
+    }
+
+    fn join(&self, name: Option<&str>) -> MemoryStore {
         let (inbox, news) = mpsc::unbounded_channel();
-        let id = self.inner.lock().join(inbox.downgrade());
+        let id = self.inner.lock().join(inbox.downgrade(), name);
         let inner = Arc::new(Inner {
             id,
             fleet: Arc::clone(&self.inner),
@@ -421,7 +455,8 @@ impl MemoryFleetBuilder {
     /// See the Redis store's
     /// [`quorum`](crate::store::redis::RedisStoreBuilder::quorum), which
     /// this mirrors: below the quorum, an instance's breaker opens on its
-    /// own and the others keep serving.
+    /// own and the others keep serving. Instances are told apart as
+    /// [`MemoryFleet::named_instance`] says.
     pub fn quorum(mut self, instances: u32) -> Self {
         self.quorum = instances;
         self

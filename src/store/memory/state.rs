@@ -21,8 +21,20 @@ use crate::breaker::shared::Shared;
 use crate::millis::millis_up;
 use crate::store::fleet::{settle, Args, Op, Reply, Write};
 
-/// Which instance of the fleet: the probe lease's holder.
+/// Which instance of the fleet: the probe lease's holder, and whom news
+/// goes to. A new one for every instance made.
 pub(crate) type InstanceId = u64;
+
+/// Whose failures count toward a quorum: an instance's name when it has
+/// one (the same after it restarts), else an identity of its own.
+pub(crate) type VoterId = u64;
+
+/// The instance an operation comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Caller {
+    pub(crate) instance: InstanceId,
+    pub(crate) voter: VoterId,
+}
 
 /// What an instance's task takes in, in the order the fleet decided it.
 pub(crate) enum News {
@@ -71,10 +83,10 @@ struct Record {
     failures: Option<(u64, Instant)>,
     /// The instances whose failures the count holds (with a quorum above
     /// 1; Redis: the fields of the `failures` hash), forgotten with it.
-    failing: Vec<InstanceId>,
+    failing: Vec<VoterId>,
     /// Instances whose own opening was declined, and until when each
     /// counts as failing (Redis: `votes`).
-    votes: Vec<(InstanceId, Instant)>,
+    votes: Vec<(VoterId, Instant)>,
     lease: Option<Lease>,
 }
 
@@ -113,8 +125,8 @@ impl Record {
 
     /// Instances failing at once: those whose failures the count holds,
     /// those whose vote runs, and `caller` (the script's `failing`).
-    fn failing(&self, caller: InstanceId) -> usize {
-        let mut seen: Vec<InstanceId> = self.failing.clone();
+    fn failing(&self, caller: VoterId) -> usize {
+        let mut seen: Vec<VoterId> = self.failing.clone();
         seen.extend(self.votes.iter().map(|(who, _)| *who));
         seen.push(caller);
         seen.sort_unstable();
@@ -181,6 +193,10 @@ pub(crate) struct Fleet {
     /// whatever the fleet forgets.
     last_generation: u64,
     last_instance: InstanceId,
+    /// The voters of named instances, by name; unnamed ones take the next
+    /// number after `last_voter`.
+    voters: HashMap<Arc<str>, VoterId>,
+    last_voter: VoterId,
     /// Records when expired ones were last swept out.
     swept_at: usize,
 }
@@ -193,11 +209,30 @@ enum Change {
 }
 
 impl Fleet {
-    /// A new instance, told of changes through `inbox`.
-    pub(crate) fn join(&mut self, inbox: WeakUnboundedSender<News>) -> InstanceId {
+    /// A new instance, told of changes through `inbox`. Named, its
+    /// failures count toward a quorum under that name, as those of any
+    /// earlier instance of that name do.
+    pub(crate) fn join(&mut self, inbox: WeakUnboundedSender<News>, name: Option<&str>) -> Caller {
         self.last_instance += 1;
         self.instances.push((self.last_instance, inbox));
-        self.last_instance
+        let voter = match name {
+            Some(name) => match self.voters.get(name) {
+                Some(&voter) => voter,
+                None => {
+                    self.last_voter += 1;
+                    self.voters.insert(Arc::from(name), self.last_voter);
+                    self.last_voter
+                }
+            },
+            None => {
+                self.last_voter += 1;
+                self.last_voter
+            }
+        };
+        Caller {
+            instance: self.last_instance,
+            voter,
+        }
     }
 
     /// The fleet's state of `key` (as the Redis store's bulk read gives it).
@@ -225,7 +260,7 @@ impl Fleet {
     /// hears is older than what it heard before.
     pub(crate) fn exchange(
         &mut self,
-        from: InstanceId,
+        from: Caller,
         inbox: &mut UnboundedReceiver<News>,
         writes: &[Write],
         now: Instant,
@@ -245,7 +280,7 @@ impl Fleet {
         news
     }
 
-    fn carry_out(&mut self, from: InstanceId, write: &Write, now: Instant) -> Reply {
+    fn carry_out(&mut self, from: Caller, write: &Write, now: Instant) -> Reply {
         let record = self.records.entry(Arc::clone(&write.key)).or_default();
         record.expire(now);
         let (reply, change) = operate(record, &mut self.last_generation, from, write, now);
@@ -253,7 +288,7 @@ impl Fleet {
             self.records.remove(&write.key);
         }
         if let Some(change) = change {
-            self.announce(from, &write.key, change);
+            self.announce(from.instance, &write.key, change);
         }
         reply
     }
@@ -303,10 +338,12 @@ impl Fleet {
 fn operate(
     record: &mut Record,
     last_generation: &mut u64,
-    from: InstanceId,
+    caller: Caller,
     write: &Write,
     now: Instant,
 ) -> (Reply, Option<Change>) {
+    // Quorums count voters; a probe lease belongs to one instance.
+    let (from, voter) = (caller.instance, caller.voter);
     let args = &write.args;
     let lease_ms = args.lease_ms.max(1);
     let quorum = usize::try_from(args.quorum.max(1)).unwrap_or(usize::MAX);
@@ -317,10 +354,10 @@ fn operate(
             }
             let count = record.failures().saturating_add(1);
             record.failures = Some((count, after(now, args.window_ms.max(1))));
-            if quorum > 1 && !record.failing.contains(&from) {
-                record.failing.push(from);
+            if quorum > 1 && !record.failing.contains(&voter) {
+                record.failing.push(voter);
             }
-            if count < u64::from(args.threshold.max(1)) || record.failing(from) < quorum {
+            if count < u64::from(args.threshold.max(1)) || record.failing(voter) < quorum {
                 return (
                     Reply::Closed { failures: count },
                     Some(Change::Count(count)),
@@ -341,10 +378,10 @@ fn operate(
             // A new opening needs `quorum` instances failing; below it,
             // the caller's opening is a vote, for its open period and the
             // probe lease.
-            None if record.failing(from) < quorum => {
+            None if record.failing(voter) < quorum => {
                 let until = after(now, args.open_ms.max(1).saturating_add(lease_ms));
-                record.votes.retain(|(who, _)| *who != from);
-                record.votes.push((from, until));
+                record.votes.retain(|(who, _)| *who != voter);
+                record.votes.push((voter, until));
                 let declined = Reply::Declined {
                     failures: record.failures(),
                 };
@@ -495,7 +532,11 @@ mod tests {
             op,
             args,
         };
-        operate(record, generations, from, &write, now).0
+        let caller = Caller {
+            instance: from,
+            voter: from,
+        };
+        operate(record, generations, caller, &write, now).0
     }
 
     fn opening(known_generation: u64, attempt: u32) -> Args {
@@ -725,7 +766,7 @@ mod tests {
     fn generations_never_repeat_across_names_or_once_a_name_is_forgotten() {
         let mut fleet = Fleet::default();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let a = fleet.join(tx.downgrade());
+        let a = fleet.join(tx.downgrade(), None);
         let t = Instant::now();
         let open = |key: &str| Write {
             key: Arc::from(key),

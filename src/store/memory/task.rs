@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
-use super::state::{InstanceId, News};
+use super::state::{Caller, News};
 use super::{FleetInner, Inner};
 use crate::millis::millis;
 use crate::store::fleet::{Args, LocalBreakers, Op, Queue, Reply, Write};
@@ -28,7 +28,7 @@ const BATCH: usize = 256;
 
 pub(crate) struct Task {
     fleet: Arc<FleetInner>,
-    id: InstanceId,
+    id: Caller,
     /// The instance's handles, for its counters; the task holds it weakly.
     inner: Weak<Inner>,
     queue: Arc<Queue>,

@@ -256,6 +256,7 @@ pub struct RedisStore {
 pub(crate) struct Inner {
     prefix: String,
     instance: String,
+    voter: String,
     shards: u16,
     queue: Arc<Queue>,
     settings: Arc<LinkSettings>,
@@ -491,9 +492,18 @@ impl RedisStore {
         self.inner.stats.available.load(Ordering::Relaxed)
     }
 
-    /// This instance's name in probe locks.
+    /// This instance's name in probe locks: the
+    /// [name](RedisStoreBuilder::instance) it was given (if any) and a
+    /// random suffix, unique to this process.
     pub fn instance(&self) -> &str {
         &self.inner.instance
+    }
+
+    /// The name this instance's failures count under toward a quorum: the
+    /// [name](RedisStoreBuilder::instance) it was given, or, without one,
+    /// its [`instance`](Self::instance) name.
+    pub fn voter(&self) -> &str {
+        &self.inner.voter
     }
 
     /// The key prefix.
@@ -521,8 +531,21 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// This instance's name in probe locks, followed by a random suffix
-    /// (default: random).
+    /// This instance's stable name (a host, a pod; default: none), which
+    /// should outlive a restart of the process. Toward a
+    /// [quorum](Self::quorum), its failures count under this name, with
+    /// those of every earlier process of the same name, so a broken
+    /// instance that crashes and starts again and again is still one
+    /// instance failing. In probe locks it is followed by a random suffix,
+    /// so two live processes never share a probe.
+    ///
+    /// Without a name, each process counts under an identity of its own: a
+    /// process started again after a crash is another voter, and the
+    /// failures of the one before count for the
+    /// [failure window](Self::failure_window), so with a quorum of 2 a
+    /// single crash-looping instance can open a healthy provider for the
+    /// fleet. Name instances where a quorum matters; two processes given
+    /// one name count as one.
     pub fn instance(mut self, name: impl Into<String>) -> Self {
         self.instance = Some(name.into());
         self
@@ -600,7 +623,9 @@ impl RedisStoreBuilder {
     /// opened within its open period. Below it, the failing instance's
     /// breaker opens on its own (it probes on its own, too) and the others
     /// keep serving. 2 guards against one bad instance; every instance of a
-    /// fleet should use the same value.
+    /// fleet should use the same value. Instances are told apart by their
+    /// [names](Self::instance): give each a stable one, or a bad instance
+    /// that restarts counts as a new instance each time.
     pub fn quorum(mut self, instances: u32) -> Self {
         self.quorum = instances;
         self
@@ -647,14 +672,18 @@ impl RedisStoreBuilder {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| StoreError::NoRuntime)?;
         // A random suffix keeps two instances given the same name apart: a
         // shared name would let both take one probe lock.
-        let instance = match self.instance {
-            Some(name) => format!("{name}-{}", random_instance()),
-            None => random_instance(),
+        let (instance, voter) = match self.instance {
+            Some(name) => (format!("{name}-{}", random_instance()), name),
+            None => {
+                let random = random_instance();
+                (random.clone(), random)
+            }
         };
         let (attach, attached) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             prefix: self.prefix,
             instance,
+            voter,
             shards: self.index_shards,
             queue: Arc::new(Queue::new(self.queue_capacity)),
             settings: Arc::new(LinkSettings {

@@ -38,7 +38,8 @@ use crate::store::fleet::{Args, Op, Reply};
 /// `KEYS`: record, wait, min_open, failures, generation, probe_lock, votes,
 /// index, version. `ARGV`: op, channel, escaped name, open_ms,
 /// min_open_ms, keep_ms, attempt, known generation, threshold, window_ms,
-/// lease_ms, instance, successes, quorum, sharded publish (`1`).
+/// lease_ms, instance (the probe lock's holder), successes, quorum,
+/// sharded publish (`1`), voter (whose failures count toward the quorum).
 const LUA: &str = r#"
 local op = ARGV[1]
 local name = ARGV[3]
@@ -89,7 +90,7 @@ local function failing(now)
   for _, who in ipairs(redis.call('ZRANGE', KEYS[7], 0, -1)) do
     if not seen[who] then seen[who] = true; n = n + 1 end
   end
-  if not seen[ARGV[12]] then n = n + 1 end
+  if not seen[ARGV[16]] then n = n + 1 end
   return n
 end
 local function open(attempt)
@@ -125,7 +126,7 @@ local function run()
   elseif op == 'fail' then
     if redis.call('EXISTS', KEYS[1]) == 1 then return state() end
     local n = redis.call('HINCRBY', KEYS[4], 'n', 1)
-    if quorum > 1 then redis.call('HSET', KEYS[4], 'i:' .. ARGV[12], 1) end
+    if quorum > 1 then redis.call('HSET', KEYS[4], 'i:' .. ARGV[16], 1) end
     redis.call('PEXPIRE', KEYS[4], ARGV[10])
     local now = now_ms()
     if n >= tonumber(ARGV[9]) and (quorum <= 1 or failing(now) >= quorum) then
@@ -153,7 +154,7 @@ local function run()
       local now = now_ms()
       if failing(now) < quorum then
         local life = tonumber(ARGV[4]) + tonumber(ARGV[11])
-        redis.call('ZADD', KEYS[7], num(now + life), ARGV[12])
+        redis.call('ZADD', KEYS[7], num(now + life), ARGV[16])
         if redis.call('PTTL', KEYS[7]) < life then redis.call('PEXPIRE', KEYS[7], num(life)) end
         return {4, 0, 0, 0, failures()}
       end
@@ -283,10 +284,10 @@ pub(crate) fn invocation<'a>(
     scripts: &'a Scripts,
     keys: &Keys,
     op: Op,
-    names: (Publish<'_>, &str, &str),
+    names: (Publish<'_>, &str, &str, &str),
     args: &Args,
 ) -> ScriptInvocation<'a> {
-    let (publish, escaped, instance) = names;
+    let (publish, escaped, instance, voter) = names;
     let mut call = scripts.change.prepare_invoke();
     for key in keys.all() {
         call.key(key);
@@ -309,7 +310,8 @@ pub(crate) fn invocation<'a>(
         .arg(instance)
         .arg(args.successes.max(1))
         .arg(args.quorum.max(1))
-        .arg(sharded);
+        .arg(sharded)
+        .arg(voter);
     call
 }
 

@@ -82,6 +82,8 @@ pub(crate) struct Task {
     timing: Timing,
     prefix: String,
     instance: String,
+    /// Whose failures this instance's count toward a quorum.
+    voter: String,
     shards: u16,
     /// The single server's channel; `None` on a Cluster (each shard has
     /// its own).
@@ -151,6 +153,7 @@ impl Task {
             timing,
             prefix: inner.prefix.clone(),
             instance: inner.instance.clone(),
+            voter: inner.voter.clone(),
             shards,
             channel,
             version_keys: shard_keys.iter().map(|s| s.version.clone()).collect(),
@@ -636,7 +639,12 @@ impl Task {
             .iter()
             .map(|w| {
                 let keys = Keys::new(&self.prefix, &w.key, self.shards);
-                let names = (publish, &*w.key, self.instance.as_str());
+                let names = (
+                    publish,
+                    &*w.key,
+                    self.instance.as_str(),
+                    self.voter.as_str(),
+                );
                 invocation(&self.scripts, &keys, w.op, names, &w.args)
             })
             .collect();
