@@ -321,6 +321,7 @@ where
 
     /// The parent key of `key`, as the registry's parent function names it
     /// (`None` without one, or when it names `key` itself).
+    #[cfg(feature = "admin")]
     pub(crate) fn parent_key(&self, key: &K) -> Option<K> {
         self.inner
             .parent_of
@@ -330,6 +331,7 @@ where
     }
 
     /// Whether the registry has a parent function.
+    #[cfg(feature = "admin")]
     pub(crate) fn has_parents(&self) -> bool {
         self.inner.parent_of.is_some()
     }
