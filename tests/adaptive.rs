@@ -473,9 +473,11 @@ async fn figures_show_the_fallback_while_warming_up_then_the_baseline_and_the_te
             learned,
             statistic,
             threshold,
+            learning,
             fallback,
         } => {
             assert!(learned >= 1_000, "{learned}");
+            assert!(learning, "20,000 outcomes are not learned yet");
             assert!(baseline < 0.01, "{baseline}");
             assert!(
                 statistic > 0.0 && statistic < threshold,
@@ -489,7 +491,11 @@ async fn figures_show_the_fallback_while_warming_up_then_the_baseline_and_the_te
 
 #[tokio::test(start_paused = true)]
 async fn the_fallback_judges_during_the_warm_up() {
-    let mut h = Harness::new(Adaptive::new().fallback(CountWindow::new(3, 10)));
+    let mut h = Harness::new(
+        Adaptive::new()
+            .warm_up(1_000)
+            .fallback(CountWindow::new(3, 10)),
+    );
     h.succeed(100).await;
     h.fail(3).await;
     assert_eq!(
@@ -499,6 +505,76 @@ async fn the_fallback_judges_during_the_warm_up() {
             window: 10
         })
     );
+}
+
+/// With the defaults, the tests judge from the first call: normal runs of
+/// three to five failures, which five consecutive failures (a warm-up's
+/// fallback) trip on every fifth of, trip nothing while the policy learns
+/// them.
+#[test]
+fn runs_of_three_to_five_failures_do_not_trip_it_while_it_learns() {
+    const JUDGED: u64 = 50_000;
+    for rate in [0.02, 0.1] {
+        let failures = Failures::Runs {
+            rate,
+            shortest: 3,
+            longest: 5,
+        };
+        for seed in [1, 2, 3] {
+            let tally = paused_runtime().block_on(async {
+                let mut h = Harness::new(Adaptive::new());
+                let mut provider = failures::Provider::new(failures, seed);
+                traffic(&mut h, &mut provider, JUDGED).await
+            });
+            assert_eq!(
+                tally.trips,
+                0,
+                "{}, seed {seed}: {tally:?}",
+                failures.describe()
+            );
+        }
+    }
+}
+
+/// The same runs through a warm-up judged by five consecutive failures:
+/// what the learning phase did before it was the tests' own.
+#[test]
+fn a_warm_up_judged_by_consecutive_failures_trips_on_normal_runs() {
+    let failures = Failures::Runs {
+        rate: 0.1,
+        shortest: 3,
+        longest: 5,
+    };
+    let trips: u64 = [1, 2, 3]
+        .into_iter()
+        .map(|seed| {
+            paused_runtime().block_on(async {
+                let mut h = Harness::new(Adaptive::new().warm_up(1_000));
+                let mut provider = failures::Provider::new(failures, seed);
+                traffic(&mut h, &mut provider, 1_000).await.trips
+            })
+        })
+        .sum();
+    assert!(trips >= 3, "{trips} trips in three warm-ups");
+}
+
+#[tokio::test(start_paused = true)]
+async fn figures_say_when_the_learning_phase_is_over() {
+    let learning = |h: &Harness| match h.breaker.snapshot().policy {
+        PolicyFigures::Adaptive {
+            learning, fallback, ..
+        } => {
+            assert_eq!(fallback, None, "no warm-up by default");
+            learning
+        }
+        other => panic!("{other:?}"),
+    };
+    let mut h = Harness::new(Adaptive::new());
+    assert!(learning(&h));
+    h.succeed(20_000).await;
+    assert!(learning(&h), "outcomes are learned a few words late");
+    h.succeed(300).await;
+    assert!(!learning(&h));
 }
 
 // ---------------------------------------------------------------------------

@@ -911,6 +911,7 @@ fn every_trip_reason_and_figure_serializes_with_its_policy() {
         learned: 640,
         statistic: 1.5,
         threshold: 12.25,
+        learning: true,
         fallback: Some(Box::new(PolicyFigures::ConsecutiveFailures {
             failures: 1,
             threshold: 5,
@@ -919,18 +920,20 @@ fn every_trip_reason_and_figure_serializes_with_its_policy() {
     assert_eq!(
         serde_json::to_value(&warming).unwrap(),
         json!({ "policy": "adaptive", "baseline": 0.015, "learned": 640, "statistic": 1.5, "threshold": 12.25,
-            "fallback": { "policy": "consecutive_failures", "failures": 1, "threshold": 5 } })
+            "learning": true, "fallback": { "policy": "consecutive_failures", "failures": 1, "threshold": 5 } })
     );
     let warm = PolicyFigures::Adaptive {
         baseline: 0.02,
-        learned: 10_048,
+        learned: 30_048,
         statistic: 0.0,
         threshold: 12.25,
+        learning: false,
         fallback: None,
     };
     assert_eq!(
         serde_json::to_value(&warm).unwrap(),
-        json!({ "policy": "adaptive", "baseline": 0.02, "learned": 10_048, "statistic": 0.0, "threshold": 12.25, "fallback": null })
+        json!({ "policy": "adaptive", "baseline": 0.02, "learned": 30_048, "statistic": 0.0, "threshold": 12.25,
+            "learning": false, "fallback": null })
     );
 }
 

@@ -325,6 +325,10 @@ pub enum PolicyFigures {
         statistic: f64,
         /// ...and the evidence that trips it.
         threshold: f64,
+        /// Still in its learning phase: it learns from its own trips, and
+        /// may trip on normal runs of failures it has not seen yet (see
+        /// [`Adaptive`]'s learning phase for how often).
+        learning: bool,
         /// While warming up, the figures of the fallback policy, which
         /// judges until then.
         fallback: Option<Box<PolicyFigures>>,

@@ -93,7 +93,7 @@ impl Serialize for TripReason {
 /// As a struct: `policy` (`consecutive_failures`, `count_window`,
 /// `time_window`, `slow_calls`, `adaptive` or `any_of`) and its figures; an
 /// any-of holds its members' in `members`, an adaptive policy its
-/// `baseline`, `learned`, `statistic`, `threshold` and, while warming up,
+/// `baseline`, `learned`, `statistic`, `threshold`, `learning` and, while warming up,
 /// its fallback's figures in `fallback` (otherwise null).
 impl Serialize for PolicyFigures {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -134,14 +134,16 @@ impl Serialize for PolicyFigures {
                 learned,
                 statistic,
                 threshold,
+                learning,
                 ref fallback,
             } => {
-                let mut s = serializer.serialize_struct("PolicyFigures", 6)?;
+                let mut s = serializer.serialize_struct("PolicyFigures", 7)?;
                 s.serialize_field("policy", "adaptive")?;
                 s.serialize_field("baseline", &baseline)?;
                 s.serialize_field("learned", &learned)?;
                 s.serialize_field("statistic", &statistic)?;
                 s.serialize_field("threshold", &threshold)?;
+                s.serialize_field("learning", &learning)?;
                 s.serialize_field("fallback", fallback)?;
                 return s.end();
             }
