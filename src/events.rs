@@ -115,7 +115,7 @@ impl State {
 /// assert_eq!((&*t.breaker, t.from, t.to), ("search", State::Closed, State::ForcedOpen));
 /// # }
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct Transition {
     /// The breaker's name (its key, in a registry).
@@ -139,16 +139,38 @@ pub struct Transition {
     pub(crate) origin: Origin,
 }
 
-/// The breaker a transition comes from: the address of its shared state,
-/// unique among the breakers alive (so among those a subscriber holds).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Origin(pub(crate) usize);
-
-impl fmt::Debug for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Origin({:#x})", self.0)
+/// Equal when every public field is: which breaker of that name announced
+/// it is left out, as it is from `Debug`.
+impl PartialEq for Transition {
+    fn eq(&self, other: &Self) -> bool {
+        self.breaker == other.breaker
+            && self.from == other.from
+            && self.to == other.to
+            && self.generation == other.generation
+            && self.reason == other.reason
+            && self.retry_after == other.retry_after
+            && self.shadow == other.shadow
     }
 }
+
+impl fmt::Debug for Transition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transition")
+            .field("breaker", &self.breaker)
+            .field("from", &self.from)
+            .field("to", &self.to)
+            .field("generation", &self.generation)
+            .field("reason", &self.reason)
+            .field("retry_after", &self.retry_after)
+            .field("shadow", &self.shadow)
+            .finish()
+    }
+}
+
+/// The breaker a transition comes from: the address of its shared state,
+/// unique among the breakers alive (so among those a subscriber holds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Origin(pub(crate) usize);
 
 /// Watches every breaker of the process: added with [`observe`]. Both
 /// methods do nothing unless implemented.

@@ -504,6 +504,7 @@ async fn control_routes_do_not_exist_unless_enabled() {
         for path in [
             format!("/breakers/openai%2Fgpt-x/{action}"),
             format!("/groups/openai/{action}"),
+            format!("/control/{action}?breaker=openai%2Fgpt-x"),
         ] {
             let reply = post(addr, &path).await;
             assert_eq!(reply.status, StatusCode::NOT_FOUND, "{path}");
@@ -707,6 +708,24 @@ async fn every_route_refuses_a_host_it_is_not_served_under() {
         reply.status,
         StatusCode::MISDIRECTED_REQUEST,
         "naming one host allows no other"
+    );
+
+    // Nested, as the docs show it: unknown paths under the prefix too.
+    let nested = serve(Router::new().nest("/admin", admin().router())).await;
+    let host = format!("attacker.example:{}", nested.port());
+    for path in ["/admin", "/admin/breakers", "/admin/no-such-route"] {
+        let reply = send(nested, Method::GET, path, &[("host", host.as_str())]).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::MISDIRECTED_REQUEST,
+            "nested {path}"
+        );
+    }
+    let unknown = get(nested, "/admin/no-such-route").await;
+    assert_eq!(
+        unknown.status,
+        StatusCode::NOT_FOUND,
+        "from loopback: no such route"
     );
 
     let any = serve(admin().allow_any_host().router()).await;

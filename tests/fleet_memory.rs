@@ -811,6 +811,44 @@ async fn a_crash_looping_named_instance_is_one_voter_however_often_it_restarts()
     }
 }
 
+/// A broken instance whose every life trips its own breaker (its opening
+/// declined by the quorum, a vote that runs for its open period), while
+/// the healthy instances keep serving between lives: under its name, each
+/// life's vote and failures are one instance's; without one, the second
+/// life's failures and the first life's vote make a quorum.
+#[tokio::test(start_paused = true)]
+async fn each_life_of_a_crash_looping_instance_votes_under_its_name() {
+    for name in [Some("pod-a"), None] {
+        let memory = MemoryFleet::builder().quorum(2).build().unwrap();
+        let config = config("llm", 3, Duration::from_secs(30));
+        let (broken, healthy) = (Upstream::failing(), Upstream::default());
+        let good = fleet_of(2, &memory, &config, &healthy);
+        for _ in 0..3 {
+            let store = match name {
+                Some(name) => memory.named_instance(name),
+                None => memory.instance(),
+            };
+            let bad = Instance::with_store(store, config.clone(), &broken);
+            for _ in 0..3 {
+                let _ = bad.request().await;
+                settle().await;
+            }
+            if states(&good) != [State::Closed; 2] {
+                break;
+            }
+            assert_eq!(bad.state(), State::Open, "{name:?}: it opened alone");
+            for instance in &good {
+                assert_eq!(instance.request().await, Answer::Answered, "{name:?}");
+            }
+            settle().await;
+        }
+        match name {
+            Some(_) => assert_eq!(states(&good), [State::Closed; 2], "one instance's votes"),
+            None => assert_eq!(states(&good), [State::Open; 2], "two lives' votes"),
+        }
+    }
+}
+
 /// The same crash loop without names: each restart is a new voter, so
 /// the restarted instance and its own earlier life make a quorum, and
 /// the healthy fleet is opened (what `MemoryFleet::instance` documents).

@@ -269,9 +269,10 @@ fn the_dashboard_shows_states_transitions_refusals_and_failure_rate() {
             parse(q).selectors.iter().any(|(name, matchers)| {
                 name == metric
                     && matcher.is_none_or(|(label, value)| {
+                        // `outcome="failure"`, or one of `outcome=~"admitted|recorded"`.
                         matchers
                             .iter()
-                            .any(|m| m.label == label && m.value == value)
+                            .any(|m| m.label == label && m.value.split('|').any(|v| v == value))
                     })
             })
         })
@@ -289,6 +290,11 @@ fn the_dashboard_shows_states_transitions_refusals_and_failure_rate() {
     assert!(asks(
         "circuit_breaker_calls_total",
         Some(("outcome", "admitted"))
+    ));
+    // The failure rate's denominator has what its numerator can count.
+    assert!(asks(
+        "circuit_breaker_calls_total",
+        Some(("outcome", "recorded"))
     ));
     let dashboard = dashboard();
     let titles: Vec<&str> = dashboard["panels"]

@@ -1201,6 +1201,57 @@ async fn a_crash_looping_instance_makes_a_quorum_alone_only_without_a_name() {
     }
 }
 
+/// Each life of a crash-looping instance trips its own breaker (the fleet
+/// declines its opening: a vote under its voter name), and the healthy
+/// instances serve between lives, resetting the count: named, its lives'
+/// votes are one instance's; unnamed, the second life and the first
+/// life's vote make a quorum.
+#[tokio::test]
+async fn each_life_of_a_crash_looping_instance_votes_under_its_name() {
+    let server = RedisServer::start();
+    let config = config("llm", 3, Duration::from_secs(30));
+    let (broken, healthy) = (Upstream::failing(), Upstream::default());
+    for (prefix, name) in [("votes-named", Some("pod-a")), ("votes-unnamed", None)] {
+        let builder = || store(&server, prefix).quorum(2);
+        let mut good = synced_fleet_of(2, builder, &config, &healthy).await;
+        for life in 0..2 {
+            let builder = match name {
+                Some(name) => builder().instance(name),
+                None => builder(),
+            };
+            let mut bad = Instance::new(builder, config.clone(), &broken);
+            synced(std::slice::from_ref(&bad)).await;
+            for _ in 0..3 {
+                let _ = bad.request().await;
+            }
+            if name.is_none() && life == 1 {
+                break;
+            }
+            eventually("three failures and the declined opening written", || {
+                bad.store.stats().writes == 4
+            })
+            .await;
+            assert_eq!(bad.state(), State::Open, "{prefix}: it opened alone");
+            // The healthy instances serve for a few refreshes: their
+            // successes reset the fleet's count.
+            let until = Instant::now() + Duration::from_millis(600);
+            while Instant::now() < until {
+                for instance in &mut good {
+                    assert_eq!(instance.request().await, Answer::Answered, "{prefix}");
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        match name {
+            Some(_) => assert!(
+                good.iter().all(|i| i.state() == State::Closed),
+                "one instance's votes are no quorum"
+            ),
+            None => all_in(&good, State::Open, "two lives made a quorum").await,
+        }
+    }
+}
+
 #[tokio::test]
 async fn failures_from_a_quorum_of_instances_open_all_of_them() {
     let server = RedisServer::start();

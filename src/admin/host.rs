@@ -3,6 +3,7 @@
 //! rebound to this machine's address (DNS rebinding) cannot read the
 //! breakers or press the buttons.
 
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use axum::extract::{Request, State as Shared};
@@ -20,7 +21,8 @@ pub(super) enum Hosts {
     /// Loopback names and addresses only (the default).
     #[default]
     Loopback,
-    /// Loopback, and these names (lowercase, without port or final dot).
+    /// Loopback, and these names (each [`canonical`], without port or
+    /// final dot).
     Also(Arc<[String]>),
     /// Any name: something in front checks it.
     Any,
@@ -28,7 +30,8 @@ pub(super) enum Hosts {
 
 impl Hosts {
     /// Loopback and `names` (each as a `Host` header writes it: a name, an
-    /// IPv4 address or a bracketed IPv6 one; a port is not compared).
+    /// IPv4 address or an IPv6 one, bracketed or not; a port is not
+    /// compared).
     pub(super) fn also<I, H>(names: I) -> Self
     where
         I: IntoIterator<Item = H>,
@@ -37,7 +40,7 @@ impl Hosts {
         Hosts::Also(
             names
                 .into_iter()
-                .map(|name| name_of(name.as_ref()).to_ascii_lowercase())
+                .map(|name| canonical(name_of(name.as_ref())))
                 .collect(),
         )
     }
@@ -45,22 +48,26 @@ impl Hosts {
     /// Whether a request naming `host` (a `Host` header's value, or a
     /// URI's authority) is answered.
     fn allows(&self, host: &str) -> bool {
-        let name = name_of(host);
+        let name = canonical(name_of(host));
         match self {
             Hosts::Any => true,
-            _ if is_loopback(name) => true,
+            _ if is_loopback(&name) => true,
             Hosts::Loopback => false,
-            Hosts::Also(names) => names.iter().any(|n| n.eq_ignore_ascii_case(name)),
+            Hosts::Also(names) => names.contains(&name),
         }
     }
 }
 
-/// The name part of `host`: without a port, without a final dot.
+/// The name part of `host`: without a port, without a final dot. An IPv6
+/// address keeps its brackets, or is taken whole when it has none (it
+/// cannot have a port then).
 fn name_of(host: &str) -> &str {
     let host = host.trim();
     let name = if host.starts_with('[') {
         // `[::1]:8080`: the address with its brackets.
         host.find(']').map_or(host, |end| &host[..=end])
+    } else if host.bytes().filter(|&b| b == b':').count() > 1 {
+        host
     } else {
         match host.rsplit_once(':') {
             Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
@@ -70,22 +77,40 @@ fn name_of(host: &str) -> &str {
     name.strip_suffix('.').unwrap_or(name)
 }
 
+/// One spelling per host: names in lowercase, addresses as the standard
+/// library writes them (IPv6 in brackets, compressed), so that
+/// `[FD00:0::1]`, `fd00::1` and `[fd00::1]` are one host.
+fn canonical(name: &str) -> String {
+    let bare = name
+        .strip_prefix('[')
+        .and_then(|n| n.strip_suffix(']'))
+        .unwrap_or(name);
+    if let Ok(v6) = bare.parse::<Ipv6Addr>() {
+        return format!("[{v6}]");
+    }
+    if let Ok(v4) = bare.parse::<Ipv4Addr>() {
+        return v4.to_string();
+    }
+    name.to_ascii_lowercase()
+}
+
 /// Names a browser only sends for a page it loaded from this machine:
-/// `localhost` and its subdomains (which browsers resolve to loopback
-/// themselves, never through DNS), `127.0.0.0/8` and `[::1]`.
+/// `localhost`, `127.0.0.0/8` and `[::1]` (and IPv4 loopback mapped into
+/// IPv6). Subdomains of `localhost` are not among them: most browsers
+/// resolve them to loopback themselves, but a client that asks a resolver
+/// could be given another address; name them with
+/// [`Admin::allowed_hosts`](super::Admin::allowed_hosts) to allow them.
+/// `name` is [`canonical`].
 fn is_loopback(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    if lower == "localhost" || lower.ends_with(".localhost") {
+    if name == "localhost" {
         return true;
     }
-    if let Some(v6) = lower.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
-        return v6
-            .parse::<std::net::Ipv6Addr>()
-            .is_ok_and(|a| a.is_loopback());
+    if let Some(v6) = name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
+        return v6.parse::<Ipv6Addr>().is_ok_and(|a| {
+            a.is_loopback() || a.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        });
     }
-    lower
-        .parse::<std::net::Ipv4Addr>()
-        .is_ok_and(|a| a.is_loopback())
+    name.parse::<Ipv4Addr>().is_ok_and(|a| a.is_loopback())
 }
 
 /// Every route's first check. A request that names no host at all
@@ -122,12 +147,13 @@ mod tests {
             "localhost",
             "LOCALHOST:8080",
             "localhost.",
-            "admin.localhost:3000",
             "127.0.0.1",
             "127.0.0.1:9000",
             "127.1.2.3:80",
             "[::1]",
             "[::1]:8080",
+            "[0:0:0:0:0:0:0:1]:8080",
+            "[::ffff:127.0.0.1]:8080",
         ] {
             assert!(Hosts::Loopback.allows(host), "{host}");
             assert!(Hosts::also(["admin.internal"]).allows(host), "{host}");
@@ -139,8 +165,10 @@ mod tests {
         for host in [
             "attacker.example",
             "attacker.example:8080",
+            "admin.localhost:3000",
             "10.0.0.5:9000",
             "[fd00::1]:80",
+            "[::ffff:10.0.0.1]",
             "localhost.attacker.example",
             "127.0.0.1.attacker.example",
             "",
@@ -148,11 +176,30 @@ mod tests {
         ] {
             assert!(!Hosts::Loopback.allows(host), "{host}");
         }
-        let named = Hosts::also(["Admin.Internal", "10.0.0.5:1234", "[FD00::1]"]);
+        let named = Hosts::also([
+            "Admin.Internal",
+            "10.0.0.5:1234",
+            "fd00::1",
+            "[FD00:0::2]:80",
+            "admin.localhost",
+        ]);
         assert!(named.allows("admin.internal:8080"));
         assert!(named.allows("ADMIN.INTERNAL."));
         assert!(named.allows("10.0.0.5:9000"));
-        assert!(named.allows("[fd00::1]:80"));
+        assert!(
+            named.allows("[fd00::1]:80"),
+            "a bare IPv6 address keeps its last group"
+        );
+        assert!(
+            named.allows("[fd00::2]"),
+            "addresses compare in one spelling"
+        );
+        assert!(
+            named.allows("admin.localhost:3000"),
+            "subdomains of localhost when named"
+        );
+        assert!(!named.allows("[fd00::123]"));
+        assert!(!named.allows("fd00:"));
         assert!(!named.allows("attacker.example"));
         assert!(!named.allows("internal"));
         assert!(Hosts::Any.allows("attacker.example"));

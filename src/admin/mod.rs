@@ -105,7 +105,9 @@
 //!
 //! The endpoint answers only requests whose `Host` (or, in HTTP/2, whose
 //! authority) is one of its names: by default the loopback ones
-//! (`localhost` and its subdomains, `127.0.0.0/8`, `[::1]`, any port).
+//! (`localhost`, `127.0.0.0/8`, `[::1]`, any port; subdomains of
+//! `localhost` only when named, since a client may ask a resolver for
+//! them).
 //! Any other is refused with `421 Misdirected Request` on every route.
 //! This is what stops DNS rebinding: a page on `attacker.example`, once
 //! its owner points that name at this machine's address, is same-origin
@@ -147,9 +149,10 @@
 //! (`Sec-Fetch-Site`, or an `Origin` other than the `Host`) are refused
 //! with `403`, and requests under a host the endpoint is not served under
 //! with `421` ([above](#who-may-reach-it)), so that a page elsewhere cannot
-//! make an on-call person's browser press the buttons; requests without
-//! those headers (`curl`, a script) are not affected. Answers give what
-//! changed:
+//! make an on-call person's browser press the buttons. Requests without
+//! the cross-site marks (`curl`, a script) pass that check, but not the
+//! host check: they too must name a host the endpoint is served under.
+//! Answers give what changed:
 //!
 //! ```json
 //! { "action": "force-open", "changed": true, "breaker": { "name": "openai", "state": "forced_open", ... } }
@@ -324,9 +327,11 @@ impl Admin {
                 .route("/control/{action}", post(control::by_query));
         }
         let admin = Arc::new(self);
-        // `layer`, not `route_layer`: unknown paths are checked too, so a
-        // page on another name learns nothing of which routes exist.
+        // `layer`, not `route_layer`, over a fallback of its own (nesting
+        // drops a router's default one): unknown paths are checked too, so
+        // a page on another name learns nothing of which routes exist.
         router
+            .fallback(unknown_path)
             .layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&admin),
                 host::check,
@@ -342,6 +347,15 @@ impl Admin {
             None => self.source.parents(of),
         }
     }
+}
+
+/// Any path the endpoint does not serve (control routes included, while
+/// control is off).
+async fn unknown_path() -> axum::response::Response {
+    json::error(
+        http::StatusCode::NOT_FOUND,
+        "the admin endpoint has no such route".to_string(),
+    )
 }
 
 impl fmt::Debug for Admin {

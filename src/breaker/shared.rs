@@ -152,16 +152,13 @@ pub(super) struct Book {
     counts: BookCounts,
 }
 
-/// Counts kept under the lock: failures, stale outcomes, openings, probes,
-/// outcomes recorded from outside calls.
+/// Counts kept under the lock: failures, stale outcomes, openings, probes.
 #[derive(Default)]
 struct BookCounts {
     failures: u64,
     stale: u64,
     opened: u64,
     probes: u64,
-    /// Outcomes fed from outside any call that counted.
-    recorded: u64,
 }
 
 /// What the lock guards: the book, made the first time the breaker needs
@@ -249,6 +246,9 @@ struct Extras {
     prober: OnceLock<(Box<dyn Prober>, Weak<Shared>)>,
     /// The fleet backend this breaker reports to, if any.
     link: OnceLock<Box<dyn FleetLink>>,
+    /// Outcomes fed from outside any call that counted (read by
+    /// snapshots; no call path writes it).
+    recorded: AtomicU64,
 }
 
 impl Shared {

@@ -354,10 +354,14 @@ fn wilson(hits: f64, trials: f64, z: f64) -> (f64, f64) {
 /// The tests judge from the first call (with the default `warm_up` of 0).
 /// What they test against starts as a cautious guess: the failure rate over
 /// all calls is an upper confidence bound, high while few outcomes are in,
-/// so a young policy needs more failures to trip. A hard outage at the
-/// hundredth call trips it within about 20 calls, at the five-hundredth
-/// within 5 to 10, and from about the two-thousandth as soon as once the
-/// baseline is learned; a partial one (40% of calls failing) at the
+/// so a young policy needs more failures to trip. A hard outage from its
+/// first call, or from its hundredth, trips it within about 20 calls, from
+/// the five-hundredth within 5 to 10, and from about the two-thousandth as
+/// soon as once the baseline is learned (five consecutive failures, the
+/// warm-up's fallback of earlier releases, take 5 at any age; to trip that
+/// soon from the first call, combine the policy with
+/// `CountWindow::new(5, 5)` in [`TripPolicy::any_of`], at the cost of that
+/// rule's own trips on normal runs of five); a partial one (40% of calls failing) at the
 /// five-hundredth within 13 to 72 calls at baselines of 0% to 10%, where
 /// five consecutive failures take over a hundred (20 seeds each, through
 /// the breaker). A failure run the policy has not seen yet is taken to be

@@ -13,6 +13,7 @@ use crate::events::State;
 use crate::millis::millis_up;
 use crate::outcome::Verdict;
 use crate::policy::TripReason;
+use crate::sync::Ordering;
 
 impl Shared {
     /// Opens the breaker for `reason`: closed, for its first open period;
@@ -87,6 +88,18 @@ impl Shared {
     /// probe: [`trip`](Self::trip) opens a breaker from any state.
     pub(crate) fn record_outside(&self, verdict: Verdict) {
         let w = self.load();
+        let counted = match w.tag() {
+            Tag::Closed => true,
+            Tag::Manual => w.manual_mode() == Manual::ForcedClosed,
+            _ => false,
+        };
+        if !counted {
+            return;
+        }
+        // Counted apart from calls, and before the outcome, so that a rate
+        // over the counts never finds it in its numerator (a failure)
+        // without its denominator.
+        self.extras().recorded.fetch_add(1, Ordering::Relaxed);
         match w.tag() {
             Tag::Closed => self.record_closed(
                 w.generation(),
@@ -94,14 +107,15 @@ impl Shared {
                 verdict.retry_after(),
                 None,
             ),
-            Tag::Manual if w.manual_mode() == Manual::ForcedClosed => {
-                self.count_outcome(verdict.outcome())
-            }
-            _ => return,
+            _ => self.count_outcome(verdict.outcome()),
         }
-        // Counted apart from calls, so that rates over the counts have
-        // these outcomes in their denominator too.
-        self.lock().counts.recorded += 1;
+    }
+
+    /// Outcomes fed from outside any call that counted.
+    pub(crate) fn recorded(&self) -> u64 {
+        self.extras
+            .get()
+            .map_or(0, |extras| extras.recorded.load(Ordering::Relaxed))
     }
 }
 

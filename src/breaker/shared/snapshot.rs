@@ -56,7 +56,7 @@ impl Shared {
                 cancelled: c.cancelled.load(Ordering::Relaxed),
                 opened: 0,
                 probes: 0,
-                recorded: 0,
+                recorded: self.recorded(),
             },
         };
         // A breaker without a book has only ever succeeded: fresh, closed
@@ -81,7 +81,6 @@ impl Shared {
         snapshot.counts.stale = counts.stale;
         snapshot.counts.opened = counts.opened;
         snapshot.counts.probes = counts.probes;
-        snapshot.counts.recorded = counts.recorded;
         snapshot
     }
 }

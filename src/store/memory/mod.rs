@@ -354,7 +354,9 @@ impl MemoryFleet {
     /// failures count under that name, with those of every instance of the
     /// same name, so a crash-looping instance made again and again under
     /// its name is still one instance failing. Its probe leases are its
-    /// own: two live instances of one name never share a probe.
+    /// own: two live instances of one name never share a probe. The fleet
+    /// remembers each name it was given for as long as it lives: name
+    /// instances from a bounded set (hosts, pods), not afresh each time.
     ///
     /// ```
     /// use tower_circuit_breaker::store::memory::MemoryFleet;
