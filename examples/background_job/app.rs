@@ -12,7 +12,7 @@ use tower_circuit_breaker::classify::{Classify, HttpClassifier};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::{Breaker, Config, ConfigError};
 
-use crate::flaky_upstream::{http_client, FlakyUpstream};
+use super::flaky_upstream::{http_client, FlakyUpstream};
 
 /// Failures in a row that open the breaker.
 pub const THRESHOLD: u32 = 3;

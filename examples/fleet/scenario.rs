@@ -14,8 +14,8 @@ use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::store::redis::{RedisStore, StoreEvent};
 use tower_circuit_breaker::{CircuitBreakerLayer, CircuitOpen, Config, State};
 
-use crate::ledger::{watch_breaker, watch_store, Ledger, Outcome};
-use crate::report::{Probe, Report};
+use super::ledger::{watch_breaker, watch_store, Ledger, Outcome};
+use super::report::{Probe, Report};
 
 /// The breaker's name: the same on every instance, so they share it.
 pub const BREAKER: &str = "llm-provider";

@@ -22,7 +22,7 @@ use tower_circuit_breaker::{
     Breaker, CircuitBreaker, CircuitBreakerLayer, CircuitOpen, Config, ConfigError, State,
 };
 
-use crate::demo::wait_out_cooldown;
+use super::demo::wait_out_cooldown;
 
 /// The client gives up on a request after this long: a hang becomes a
 /// failure the breaker records.

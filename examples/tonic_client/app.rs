@@ -41,7 +41,7 @@ use tower_circuit_breaker::{
     Breaker, CircuitBreakerLayer, CircuitOpen, Config, ConfigError, State,
 };
 
-use crate::demo::wait_out_cooldown;
+use super::demo::wait_out_cooldown;
 
 /// Failures in a row that open the breaker.
 pub const THRESHOLD: u32 = 2;

@@ -20,7 +20,7 @@ use tower_circuit_breaker::classify::HttpClassifier;
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::{Breaker, CircuitOpen, Config, ConfigError};
 
-use crate::flaky_upstream::{http_client, FlakyUpstream, HttpClient};
+use super::flaky_upstream::{http_client, FlakyUpstream, HttpClient};
 
 /// Failures in a row that open the breaker.
 pub const THRESHOLD: u32 = 2;
