@@ -2,7 +2,7 @@
 //! HTTP/1 client, one connection per stream, and a reader of server-sent
 //! events as a browser's `EventSource` reads them.
 //!
-//! Included by path by the admin tests; each uses a part, hence the
+//! Used by the admin tests; each uses a part, hence the
 //! `dead_code` allowance.
 #![allow(dead_code)]
 

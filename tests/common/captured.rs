@@ -1,7 +1,7 @@
 //! Everything this crate says through `tracing` on the test's thread,
 //! captured as text.
 //!
-//! Included by path by the tests that read it; each uses a part, hence the
+//! Used by the tests that read it; each uses a part, hence the
 //! `dead_code` allowance.
 #![allow(dead_code)]
 

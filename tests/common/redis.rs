@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 #[path = "../../examples/fleet/local_redis.rs"]
-mod local_redis;
+pub mod local_redis;
 
 use std::future::Ready;
 use std::io::{Read, Write};

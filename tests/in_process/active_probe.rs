@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
 use tokio::time::sleep;
 use tower::{BoxError, ServiceExt};

@@ -8,13 +8,10 @@
 //! `tests/common/rng.rs`. `PROPTEST_CASES` sets the number of cases of each
 //! (default 12) and `PROPTEST_RNG_SEED` the seed.
 
-mod common;
-#[path = "../benches/outage_support/failures.rs"]
-mod failures;
-#[path = "common/paused.rs"]
-mod paused;
-#[path = "common/rng.rs"]
-mod rng;
+use crate::common;
+use crate::common::failures;
+use crate::common::paused;
+use crate::common::rng;
 
 use std::time::Duration;
 

@@ -11,11 +11,8 @@
 //! budget large enough to be measured in a few hundred thousand calls, or
 //! a rise short enough to be watched in as many.
 
-mod common;
-#[path = "../benches/outage_support/failures.rs"]
-mod failures;
-#[path = "common/rng.rs"]
-mod rng;
+use crate::common;
+use crate::common::failures;
 
 use tokio::time::advance;
 use tower_circuit_breaker::policy::{Adaptive, PolicyFigures, TripReason};

@@ -16,13 +16,10 @@
 //! under every interleaving of calls, cancellations and panics it meets, not
 //! races between CPU cores (the loom models and `tests/probe_races.rs` do).
 
-#[path = "common/rng.rs"]
-mod rng;
+use crate::common::rng;
 
-#[path = "common/panics.rs"]
-mod panics;
-#[path = "common/paused.rs"]
-mod paused;
+use crate::common::panics;
+use crate::common::paused;
 
 use panics::{quiet_scripted_panics, SCRIPTED_PANIC};
 use paused::paused_runtime;

@@ -9,7 +9,7 @@ use tower::{Service, ServiceExt};
 use tower_circuit_breaker::failover::Reason;
 use tower_circuit_breaker::State;
 
-mod failover_common;
+use crate::common::failover as failover_common;
 use failover_common::*;
 
 #[tokio::test(start_paused = true)]

@@ -5,9 +5,8 @@
 //! HTTP dates), through the very target bodies the fuzzer runs
 //! (`fuzz/targets.rs`). A failure names the input, in hex.
 
-#[path = "common/rng.rs"]
-mod rng;
-#[path = "../fuzz/targets.rs"]
+use crate::common::rng;
+#[path = "../../fuzz/targets.rs"]
 mod targets;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

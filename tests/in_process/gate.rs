@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
 use tokio::time::advance;
 use tower::balance::p2c::Balance;

@@ -3,7 +3,7 @@
 use std::task::Context;
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
 use tokio::sync::broadcast::error::TryRecvError;
 use tokio::time::advance;

@@ -23,10 +23,8 @@
 //! `PROPTEST_CASES` sets the number of cases (default 300) and
 //! `PROPTEST_RNG_SEED` the seed.
 
-#[path = "common/panics.rs"]
-mod panics;
-#[path = "common/paused.rs"]
-mod paused;
+use crate::common::panics;
+use crate::common::paused;
 
 use panics::{quiet_scripted_panics, SCRIPTED_PANIC};
 use paused::{paused_runtime, proptest_config};

@@ -12,7 +12,7 @@
 //! trips; after it opens, only its probes wait, and their number depends on
 //! the outage's length and the cooldown, not on the number of conversations.
 
-#[path = "../examples/outage/src/scenario.rs"]
+#[path = "../../examples/outage/src/scenario.rs"]
 mod scenario;
 
 use std::io;

@@ -3,7 +3,7 @@
 //!
 //! All timing runs on paused tokio time.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -8,8 +8,7 @@
 /// (between `release_permit`'s CAS and its lock) finds no free deadline slot
 /// and runs without a probe deadline: if it hangs, the breaker stays
 /// half-open with every permit taken, and `probe_timeout` never fires.
-#[path = "common/paused.rs"]
-mod paused;
+use crate::common::paused;
 
 use paused::paused_runtime;
 

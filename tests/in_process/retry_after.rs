@@ -1,8 +1,7 @@
 //! `Retry-After` as RFC 9110 writes it: explicit cases, and generated
 //! dates checked against `httpdate` (a maintained parser of HTTP dates).
 
-#[path = "common/paused.rs"]
-mod paused;
+use crate::common::paused;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -13,9 +13,8 @@
 //! `PROPTEST_CASES` sets the number of cases (default 200) and
 //! `PROPTEST_RNG_SEED` the seed.
 
-mod common;
-#[path = "common/paused.rs"]
-mod paused;
+use crate::common;
+use crate::common::paused;
 
 use std::time::Duration;
 

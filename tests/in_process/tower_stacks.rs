@@ -4,7 +4,7 @@
 //!
 //! All timing runs on paused tokio time.
 
-mod common;
+use crate::common;
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;

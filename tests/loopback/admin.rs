@@ -5,8 +5,7 @@
 //! checked in `tests/admin_browser.rs`.
 #![cfg(feature = "admin")]
 
-#[path = "admin_support/mod.rs"]
-mod support;
+use crate::common::admin as support;
 
 use std::time::Duration;
 

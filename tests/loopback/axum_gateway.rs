@@ -6,7 +6,7 @@
 //! asserts answers and counts, not timings.
 #![cfg(feature = "axum")]
 
-#[path = "../examples/axum_gateway/app.rs"]
+#[path = "../../examples/axum_gateway/app.rs"]
 mod app;
 
 use http::StatusCode;

@@ -4,10 +4,8 @@
 //! real hyper server serving the breaker's body, and step by step.
 #![cfg(feature = "http-body")]
 
-#[path = "common/gateway.rs"]
-mod gateway;
-#[path = "common/panics.rs"]
-mod panics;
+use crate::common::gateway;
+use crate::common::panics;
 
 use std::convert::Infallible;
 use std::panic::{catch_unwind, AssertUnwindSafe};

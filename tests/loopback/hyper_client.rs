@@ -6,10 +6,9 @@
 //! durations are a few hundred milliseconds and the test asserts counts
 //! and states, not timings.
 
-#[path = "../examples/hyper_client/app.rs"]
+#[path = "../../examples/hyper_client/app.rs"]
 mod app;
-#[path = "../examples/common/demo.rs"]
-mod demo;
+use crate::common::demo;
 
 use http::StatusCode;
 use tower_circuit_breaker::State;

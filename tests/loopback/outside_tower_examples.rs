@@ -5,11 +5,11 @@
 //! closes it. Real sockets, so real time: the durations are a few hundred
 //! milliseconds, and the tests assert counts and states, not timings.
 
-#[path = "../examples/background_job/app.rs"]
+#[path = "../../examples/background_job/app.rs"]
 mod background_job;
-#[path = "../examples/common/flaky_upstream.rs"]
+#[path = "../../examples/common/flaky_upstream.rs"]
 mod flaky_upstream;
-#[path = "../examples/websocket/app.rs"]
+#[path = "../../examples/websocket/app.rs"]
 mod websocket;
 
 use std::time::Duration;

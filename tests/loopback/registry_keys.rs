@@ -5,8 +5,7 @@
 //! answers made from it), tracing fields and metric labels. Through a real
 //! hyper client and server on 127.0.0.1.
 
-#[path = "common/captured.rs"]
-mod captured;
+use crate::common::captured;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

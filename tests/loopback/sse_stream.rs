@@ -7,10 +7,9 @@
 //! timings.
 #![cfg(feature = "http-body")]
 
-#[path = "../examples/sse_stream/app.rs"]
+#[path = "../../examples/sse_stream/app.rs"]
 mod app;
-#[path = "../examples/common/demo.rs"]
-mod demo;
+use crate::common::demo;
 
 use std::sync::atomic::Ordering;
 

@@ -10,8 +10,7 @@
 //! counts, not timings.
 #![cfg(feature = "http-body")]
 
-#[path = "common/gateway.rs"]
-mod gateway;
+use crate::common::gateway;
 
 use std::net::SocketAddr;
 use std::pin::Pin;

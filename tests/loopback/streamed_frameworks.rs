@@ -6,10 +6,8 @@
 //! period, skipped on tokio's clock.
 #![cfg(feature = "http-body")]
 
-#[path = "common/gateway.rs"]
-mod gateway;
-#[path = "common/grpc.rs"]
-mod grpc;
+use crate::common::gateway;
+use crate::common::grpc;
 
 use std::convert::Infallible;
 use std::future::Future;

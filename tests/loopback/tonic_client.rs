@@ -8,10 +8,9 @@
 //! timings.
 #![cfg(feature = "tonic")]
 
-#[path = "../examples/tonic_client/app.rs"]
+#[path = "../../examples/tonic_client/app.rs"]
 mod app;
-#[path = "../examples/common/demo.rs"]
-mod demo;
+use crate::common::demo;
 
 use tonic::transport::Endpoint;
 use tonic::Code;

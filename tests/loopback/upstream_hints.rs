@@ -5,8 +5,7 @@
 //! states and announced waits, not timings.
 #![cfg(feature = "http-body")]
 
-#[path = "common/gateway.rs"]
-mod gateway;
+use crate::common::gateway;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

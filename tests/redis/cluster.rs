@@ -4,7 +4,7 @@
 //! nodes, trip, share and recover as on a single server, and each breaker's
 //! keys, however hostile its name, stay in one slot.
 
-mod redis_support;
+use crate::common::redis as redis_support;
 
 use std::collections::HashSet;
 use std::time::Duration;

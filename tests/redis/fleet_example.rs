@@ -8,13 +8,12 @@
 //! comes in, it is the time the run actually took, which a slow machine
 //! only lengthens.
 
-#[path = "../examples/fleet/ledger.rs"]
+#[path = "../../examples/fleet/ledger.rs"]
 mod ledger;
-#[path = "../examples/fleet/local_redis.rs"]
-mod local_redis;
-#[path = "../examples/fleet/report.rs"]
+use crate::common::redis::local_redis;
+#[path = "../../examples/fleet/report.rs"]
 mod report;
-#[path = "../examples/fleet/scenario.rs"]
+#[path = "../../examples/fleet/scenario.rs"]
 mod scenario;
 
 use tower_circuit_breaker::policy::TripReason;

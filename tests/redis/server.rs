@@ -9,7 +9,7 @@
 //! states, never how long something took (except lower bounds, which a
 //! slow machine cannot break).
 
-mod redis_support;
+use crate::common::redis as redis_support;
 
 use futures_util::FutureExt;
 use std::time::Duration;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use tower::ServiceExt;
 
-mod failover_common;
+use crate::common::failover as failover_common;
 use failover_common::*;
 
 #[tokio::test(start_paused = true)]

@@ -3,10 +3,8 @@
 //! the fix; with the gRPC classifier it says nothing.
 #![cfg(feature = "tonic")]
 
-#[path = "common/captured.rs"]
-mod captured;
-#[path = "common/grpc.rs"]
-mod grpc;
+use crate::common::captured;
+use crate::common::grpc;
 
 use tonic::transport::Endpoint;
 use tonic::Status;
