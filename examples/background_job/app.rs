@@ -1,9 +1,9 @@
 //! The background-job example's wiring, which
-//! `tests/outside_tower_examples.rs` runs too: a worker draining a queue of
-//! items to a flaky upstream through the breaker's two-step form
-//! (`try_acquire`, then the permit records the outcome), with no tower
-//! service. What the breaker refuses goes back on the queue, and the worker
-//! waits out the refusal's `retry_after` instead of calling.
+//! `tests/loopback/outside_tower_examples.rs` runs too: a worker draining a
+//! queue of items to a flaky upstream through the breaker's two-step form
+//! (`try_acquire`, then the permit records the outcome), with no tower service.
+//! What the breaker refuses goes back on the queue, and the worker waits out
+//! the refusal's `retry_after` instead of calling.
 
 use std::collections::VecDeque;
 use std::time::Duration;

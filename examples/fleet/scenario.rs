@@ -2,7 +2,7 @@
 //! breaker, sending requests to one provider that fails for a while.
 //!
 //! Shared by `examples/fleet.rs`, which prints it as a demo, and
-//! `tests/fleet_example.rs`, which checks its figures: both call [`run`].
+//! `tests/redis/fleet_example.rs`, which checks its figures: both call [`run`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

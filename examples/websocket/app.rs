@@ -1,9 +1,9 @@
-//! The websocket example's wiring, which `tests/outside_tower_examples.rs`
-//! runs too: an axum server whose websocket sessions answer each message by
-//! asking a flaky local "model provider", through the breaker's `run_with`
-//! (the messages of a session are no tower requests). A message the breaker
-//! refuses is answered at once, saying when to come back, and the provider
-//! is not called.
+//! The websocket example's wiring, which
+//! `tests/loopback/outside_tower_examples.rs` runs too: an axum server whose
+//! websocket sessions answer each message by asking a flaky local "model
+//! provider", through the breaker's `run_with` (the messages of a session are
+//! no tower requests). A message the breaker refuses is answered at once,
+//! saying when to come back, and the provider is not called.
 
 use std::io;
 use std::net::SocketAddr;

@@ -14,7 +14,8 @@
 //! Paused time needs tokio's current-thread runtime, so the tasks interleave
 //! at their await points on one thread: this run checks the bookkeeping
 //! under every interleaving of calls, cancellations and panics it meets, not
-//! races between CPU cores (the loom models and `tests/probe_races.rs` do).
+//! races between CPU cores (the loom models and
+//! `tests/in_process/probe_races.rs` do).
 
 use crate::common::rng;
 

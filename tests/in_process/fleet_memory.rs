@@ -1,6 +1,6 @@
 //! One breaker across a fleet whose instances share one process
 //! (`store::memory`), on paused tokio time: the fleet behaviours the Redis
-//! tests pin (tests/redis.rs), without Redis. Each "instance" is its own
+//! tests pin (tests/redis/server.rs), without Redis. Each "instance" is its own
 //! `MemoryStore` of one `MemoryFleet`, with its own breaker of the shared
 //! name in front of an upstream, called as a service is: a clone per
 //! request, each request a task of its own.

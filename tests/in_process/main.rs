@@ -1,14 +1,18 @@
-//! The in-process tests: breakers, registries, policies, failover and
-//! stores driven through tower services, permits and bodies on paused
-//! tokio time, with property tests against reference models. One binary
-//! (one link of the dependency graph), each former test file a module.
+//! The in-process tests: breakers, registries, policies, failover and the
+//! in-memory fleet driven through tower services, permits and bodies,
+//! mostly on paused tokio time, with property tests against reference
+//! models. One binary (one link of the dependency graph), one module per
+//! area.
 //!
-//! They share the process: a counting allocator (`outside_tower`) counts
-//! per thread, and the `metrics` observer the dashboard test adds
-//! (`grafana_dashboard`) reports to a recorder local to its thread.
-//! Tests that need a global recorder, or a `tracing` subscriber that no
-//! other thread may disturb, are binaries of their own (`tests/metrics.rs`,
-//! `tests/registry_http.rs`, `tests/redis_metrics.rs`, `tests/traces/`).
+//! The modules share a process and run on parallel threads. What is
+//! process-wide here is harmless to the others: `outside_tower`'s counting
+//! allocator counts per thread, `grafana_dashboard`'s `metrics` observer
+//! reports to a recorder local to its thread (and to no recorder
+//! elsewhere), and `chaos`'s and `model`'s panic hook only hides their
+//! scripted panics. Tests that install a global recorder, or read
+//! `tracing` events that other threads could hide, are binaries of their
+//! own (`tests/metrics.rs`, `tests/registry_http.rs`,
+//! `tests/redis_metrics.rs`, `tests/traces/`).
 
 #[path = "../common/mod.rs"]
 mod common;

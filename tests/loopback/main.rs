@@ -1,8 +1,12 @@
 //! The tests over loopback: real hyper, tonic and axum servers and clients
-//! on 127.0.0.1 (free ports, real time), the examples' wiring run as
-//! tests, and the admin endpoint. One binary, each former test file a
-//! module; apart from the in-process tests, so that their sockets and
-//! timeouts do not share the cores with property tests.
+//! on free ports of 127.0.0.1, on real time; the examples' wiring run as
+//! tests; the admin endpoint. One binary, one module per area, apart from
+//! the in-process tests so that their sockets and real-time bounds never
+//! share the cores with property tests.
+//!
+//! The admin endpoint of a set of breakers hears every transition of the
+//! process and drops a reader that falls 1,024 behind: a module that makes
+//! thousands of transitions at once belongs in another binary.
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -1,6 +1,7 @@
-//! Transition events. In a test binary of their own: `tracing` caches
-//! whether a call site is enabled globally, so tests running on other threads
-//! without a subscriber could hide events from this one.
+//! Transition events. In the traces binary, not with the in-process tests:
+//! `tracing` caches whether a call site is enabled globally, so tests
+//! running on other threads without a subscriber could hide events from
+//! this one.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

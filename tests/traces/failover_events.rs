@@ -1,6 +1,7 @@
-//! Failover logging. In a test binary of its own: `tracing` caches whether
-//! a call site is enabled globally, so tests running on other threads
-//! without a subscriber could hide events from this one.
+//! Failover logging. In the traces binary, not with the other failover
+//! tests: `tracing` caches whether a call site is enabled globally, so
+//! tests running on other threads without a subscriber could hide events
+//! from this one.
 
 use std::sync::{Arc, Mutex};
 
