@@ -4,6 +4,10 @@
 //! the in-process tests so that their sockets and real-time bounds never
 //! share the cores with property tests.
 //!
+//! `registry_keys` reads the crate's traces while the other modules run
+//! without a subscriber: `common::captured` keeps `tracing` asking every
+//! subscriber whether a call site is enabled (see there).
+//!
 //! The admin endpoint of a set of breakers hears every transition of the
 //! process and drops a reader that falls 1,024 behind: a module that makes
 //! thousands of transitions at once belongs in another binary.
