@@ -11,8 +11,8 @@
 //! `Retry-After` (whole seconds, rounded up) and a short body. The upstream
 //! receives nothing more.
 //!
-//! The wiring is `axum_gateway/app.rs`, which `tests/axum_gateway.rs` runs
-//! too.
+//! The wiring is `axum_gateway/app.rs`, which `tests/loopback/axum_gateway.rs`
+//! runs too.
 
 #[path = "axum_gateway/app.rs"]
 mod app;

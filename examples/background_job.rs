@@ -9,7 +9,7 @@
 //! `cargo run --example background_job` (well under a second).
 //!
 //! The wiring is `background_job/app.rs`, which
-//! `tests/outside_tower_examples.rs` runs too.
+//! `tests/loopback/outside_tower_examples.rs` runs too.
 
 #[path = "background_job/app.rs"]
 mod app;

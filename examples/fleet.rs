@@ -26,8 +26,8 @@
 //! (persisting nothing) and kills it when it ends, on errors and Ctrl-C too.
 //! The scenario is `fleet/scenario.rs`, its bookkeeping `fleet/ledger.rs`,
 //! its table and summary `fleet/report.rs`, and the Redis it starts
-//! `fleet/local_redis.rs`; `tests/fleet_example.rs` runs the same scenario
-//! and checks its figures.
+//! `fleet/local_redis.rs`; `tests/redis/fleet_example.rs` runs the same
+//! scenario and checks its figures.
 
 #[path = "fleet/ledger.rs"]
 mod ledger;

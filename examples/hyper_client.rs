@@ -11,8 +11,8 @@
 //! cooldown has passed, one probe closes it. The breaker's transitions are
 //! printed as they happen (its `tracing` events).
 //!
-//! The wiring is `hyper_client/app.rs`, which `tests/hyper_client.rs` runs
-//! too.
+//! The wiring is `hyper_client/app.rs`, which `tests/loopback/hyper_client.rs`
+//! runs too.
 
 #[path = "hyper_client/app.rs"]
 mod app;

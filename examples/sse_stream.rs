@@ -12,7 +12,8 @@
 //! upstream is a hyper server on a free port of 127.0.0.1; the breaker's
 //! counts are printed at the end.
 //!
-//! The wiring is `sse_stream/app.rs`, which `tests/sse_stream.rs` runs too.
+//! The wiring is `sse_stream/app.rs`, which `tests/loopback/sse_stream.rs` runs
+//! too.
 
 #[path = "sse_stream/app.rs"]
 mod app;

@@ -19,8 +19,8 @@
 //! (the server's RPC count stops); once the server serves again and the
 //! cooldown has passed, one probe closes it.
 //!
-//! The wiring is `tonic_client/app.rs`, which `tests/tonic_client.rs` runs
-//! too.
+//! The wiring is `tonic_client/app.rs`, which `tests/loopback/tonic_client.rs`
+//! runs too.
 
 #[path = "tonic_client/app.rs"]
 mod app;

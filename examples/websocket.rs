@@ -7,8 +7,8 @@
 //!
 //! `cargo run --example websocket` (about a second).
 //!
-//! The wiring is `websocket/app.rs`, which `tests/outside_tower_examples.rs`
-//! runs too.
+//! The wiring is `websocket/app.rs`, which
+//! `tests/loopback/outside_tower_examples.rs` runs too.
 
 #[path = "websocket/app.rs"]
 mod app;

@@ -1,7 +1,7 @@
 //! The bodies of the fuzz targets, shared by the cargo-fuzz binaries in
-//! `fuzz/fuzz_targets/` and by `tests/fuzz_corpus.rs` (which replays the
-//! committed corpora and a seeded stream of inputs under `cargo test`), both
-//! through `#[path]`.
+//! `fuzz/fuzz_targets/` and by `tests/in_process/fuzz_corpus.rs` (which replays
+//! the committed corpora and a seeded stream of inputs under `cargo test`),
+//! both through `#[path]`.
 //!
 //! Each target takes raw bytes, must never panic, and checks what must hold
 //! of every input (DESIGN.md, invariant 7: nothing a user, an upstream or a

@@ -256,8 +256,8 @@
 //! | `registry`, `failover`, `probe` | keyed breakers; the candidate chain; active probing through the core's admission |
 //! | `store`, `metrics_facade`, `serialization`, `axum`, `tonic` | fleet backends on the core's port; observers; integrations |
 //!
-//! A test (`tests/architecture.rs`) checks that the core and the pure rooms
-//! name nothing above them.
+//! A test (`tests/in_process/architecture.rs`) checks that the core and the
+//! pure rooms name nothing above them.
 //!
 //! # Cargo features
 //!

@@ -2,7 +2,8 @@
 //! unavailable is counted once, and the availability gauge follows it. In a
 //! test binary of its own: it installs the global recorder.
 
-mod redis_support;
+mod common;
+use common::redis as redis_support;
 
 use std::time::Duration;
 

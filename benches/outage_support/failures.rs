@@ -3,12 +3,12 @@
 //! drawn from the seeded generator of `tests/common/rng.rs`, so that a run
 //! can be repeated exactly.
 //!
-//! Included by path (`#[path = ...] mod failures;`) next to a `mod rng`
-//! at the crate root. Each user takes a different subset, hence the
-//! `dead_code` allowance.
+//! Included by path (`#[path = ...] mod failures;`) next to a `rng`
+//! module: at the outage bench's root, and in the tests' `tests/common`.
+//! Each user takes a different subset, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
-use crate::rng::SplitMix64;
+use super::rng::SplitMix64;
 
 /// How a provider's failures come.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,5 +1,5 @@
-//! The axum gateway example's wiring, which `tests/axum_gateway.rs` runs
-//! too: an upstream that can be switched to failing, a gateway that
+//! The axum gateway example's wiring, which `tests/loopback/axum_gateway.rs`
+//! runs too: an upstream that can be switched to failing, a gateway that
 //! forwards to it through the breaker, and a small HTTP client.
 
 use std::io;

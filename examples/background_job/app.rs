@@ -1,9 +1,9 @@
 //! The background-job example's wiring, which
-//! `tests/outside_tower_examples.rs` runs too: a worker draining a queue of
-//! items to a flaky upstream through the breaker's two-step form
-//! (`try_acquire`, then the permit records the outcome), with no tower
-//! service. What the breaker refuses goes back on the queue, and the worker
-//! waits out the refusal's `retry_after` instead of calling.
+//! `tests/loopback/outside_tower_examples.rs` runs too: a worker draining a
+//! queue of items to a flaky upstream through the breaker's two-step form
+//! (`try_acquire`, then the permit records the outcome), with no tower service.
+//! What the breaker refuses goes back on the queue, and the worker waits out
+//! the refusal's `retry_after` instead of calling.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -12,7 +12,7 @@ use tower_circuit_breaker::classify::{Classify, HttpClassifier};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::{Breaker, Config, ConfigError};
 
-use crate::flaky_upstream::{http_client, FlakyUpstream};
+use super::flaky_upstream::{http_client, FlakyUpstream};
 
 /// Failures in a row that open the breaker.
 pub const THRESHOLD: u32 = 3;

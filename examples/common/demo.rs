@@ -2,7 +2,8 @@
 //! `axum_gateway`, `sse_stream`) share: printing the breaker's transitions
 //! as they happen, and waiting out a breaker's cooldown. Included by path
 //! at the root of each example (`#[path = "common/demo.rs"] mod demo;`)
-//! and of each test whose `app.rs` uses it (`crate::demo`).
+//! and in the tests' `tests/common`; an `app.rs` names it as its sibling
+//! (`super::demo`).
 #![allow(dead_code)] // a test needs only part of it
 
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! A local HTTP upstream that answers `200 OK` or, while failing, `503`,
 //! and counts the requests it receives: what the examples of the breaker
 //! outside tower (`background_job`, `websocket`) call, and their tests
-//! (`tests/outside_tower_examples.rs`) too. Included by path.
+//! (`tests/loopback/outside_tower_examples.rs`) too. Included by path.
 #![allow(dead_code)] // each user needs only part of it
 
 use std::io;

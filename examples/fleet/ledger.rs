@@ -10,8 +10,8 @@ use tower_circuit_breaker::events::Transition;
 use tower_circuit_breaker::store::redis::{RedisStore, StoreEvent};
 use tower_circuit_breaker::State;
 
-use crate::report::{InstanceReport, Probe, Report, Seen};
-use crate::scenario::{instance_name, Phase, Timing};
+use super::report::{InstanceReport, Probe, Report, Seen};
+use super::scenario::{instance_name, Phase, Timing};
 
 /// A tally the instances, the provider and the watchers all write to, and
 /// that prints the story as it goes (one lock, so lines come in order).

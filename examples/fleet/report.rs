@@ -8,7 +8,7 @@ use std::time::Duration;
 use tower_circuit_breaker::policy::TripReason;
 use tower_circuit_breaker::State;
 
-use crate::scenario::{instance_name, Timing};
+use super::scenario::{instance_name, Timing};
 
 /// One state change seen on one instance.
 #[derive(Clone, Debug)]

@@ -2,7 +2,7 @@
 //! breaker, sending requests to one provider that fails for a while.
 //!
 //! Shared by `examples/fleet.rs`, which prints it as a demo, and
-//! `tests/fleet_example.rs`, which checks its figures: both call [`run`].
+//! `tests/redis/fleet_example.rs`, which checks its figures: both call [`run`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,8 +14,8 @@ use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::store::redis::{RedisStore, StoreEvent};
 use tower_circuit_breaker::{CircuitBreakerLayer, CircuitOpen, Config, State};
 
-use crate::ledger::{watch_breaker, watch_store, Ledger, Outcome};
-use crate::report::{Probe, Report};
+use super::ledger::{watch_breaker, watch_store, Ledger, Outcome};
+use super::report::{Probe, Report};
 
 /// The breaker's name: the same on every instance, so they share it.
 pub const BREAKER: &str = "llm-provider";

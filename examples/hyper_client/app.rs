@@ -1,5 +1,5 @@
-//! The hyper client example's wiring, which `tests/hyper_client.rs` runs
-//! too: a flaky upstream on a free port of 127.0.0.1, a hyper-util client
+//! The hyper client example's wiring, which `tests/loopback/hyper_client.rs`
+//! runs too: a flaky upstream on a free port of 127.0.0.1, a hyper-util client
 //! behind the breaker with a timeout inside it, and the scenario.
 
 use std::io;
@@ -22,7 +22,7 @@ use tower_circuit_breaker::{
     Breaker, CircuitBreaker, CircuitBreakerLayer, CircuitOpen, Config, ConfigError, State,
 };
 
-use crate::demo::wait_out_cooldown;
+use super::demo::wait_out_cooldown;
 
 /// The client gives up on a request after this long: a hang becomes a
 /// failure the breaker records.

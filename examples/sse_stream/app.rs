@@ -1,7 +1,7 @@
-//! The server-sent events example's wiring, which `tests/sse_stream.rs`
-//! runs too: a local upstream streaming events (one stream breaks midway),
-//! and a hyper-util client behind a breaker that judges each call at the
-//! end of its stream.
+//! The server-sent events example's wiring, which
+//! `tests/loopback/sse_stream.rs` runs too: a local upstream streaming events
+//! (one stream breaks midway), and a hyper-util client behind a breaker that
+//! judges each call at the end of its stream.
 
 use std::io;
 use std::net::SocketAddr;
@@ -25,7 +25,7 @@ use tower_circuit_breaker::{
     Breaker, CircuitBreakerLayer, CircuitOpen, Config, ConfigError, State,
 };
 
-use crate::demo::wait_out_cooldown;
+use super::demo::wait_out_cooldown;
 
 /// Events per stream.
 pub const EVENTS: usize = 3;

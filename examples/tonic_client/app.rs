@@ -1,8 +1,7 @@
-//! The tonic client example's wiring, which `tests/tonic_client.rs` runs
-//! too: a gRPC server built from `tonic-health` whose `HealthReporter`
-//! switches it between serving and not, and a generated client whose
-//! `Channel` sits behind a breaker that classifies at the end of each
-//! stream.
+//! The tonic client example's wiring, which `tests/loopback/tonic_client.rs`
+//! runs too: a gRPC server built from `tonic-health` whose `HealthReporter`
+//! switches it between serving and not, and a generated client whose `Channel`
+//! sits behind a breaker that classifies at the end of each stream.
 //!
 //! tonic-health's `Check` answers a NOT_SERVING server with status **OK**
 //! and `NOT_SERVING` in the message: a successful RPC, which a breaker
@@ -41,7 +40,7 @@ use tower_circuit_breaker::{
     Breaker, CircuitBreakerLayer, CircuitOpen, Config, ConfigError, State,
 };
 
-use crate::demo::wait_out_cooldown;
+use super::demo::wait_out_cooldown;
 
 /// Failures in a row that open the breaker.
 pub const THRESHOLD: u32 = 2;

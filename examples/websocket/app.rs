@@ -1,9 +1,9 @@
-//! The websocket example's wiring, which `tests/outside_tower_examples.rs`
-//! runs too: an axum server whose websocket sessions answer each message by
-//! asking a flaky local "model provider", through the breaker's `run_with`
-//! (the messages of a session are no tower requests). A message the breaker
-//! refuses is answered at once, saying when to come back, and the provider
-//! is not called.
+//! The websocket example's wiring, which
+//! `tests/loopback/outside_tower_examples.rs` runs too: an axum server whose
+//! websocket sessions answer each message by asking a flaky local "model
+//! provider", through the breaker's `run_with` (the messages of a session are
+//! no tower requests). A message the breaker refuses is answered at once,
+//! saying when to come back, and the provider is not called.
 
 use std::io;
 use std::net::SocketAddr;
@@ -20,7 +20,7 @@ use tower_circuit_breaker::classify::HttpClassifier;
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::{Breaker, CircuitOpen, Config, ConfigError};
 
-use crate::flaky_upstream::{http_client, FlakyUpstream, HttpClient};
+use super::flaky_upstream::{http_client, FlakyUpstream, HttpClient};
 
 /// Failures in a row that open the breaker.
 pub const THRESHOLD: u32 = 2;

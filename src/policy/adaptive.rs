@@ -289,7 +289,7 @@ fn wilson(hits: f64, trials: f64, z: f64) -> (f64, f64) {
 /// (`h = ln(1/α)` for the run test), and the three together trip falsely at
 /// most the budget. The bound leaves out the overshoot past `h`, so measured
 /// false trips come out within it with room (see the outage bench and
-/// `tests/adaptive*.rs`).
+/// `tests/in_process/adaptive*.rs`).
 ///
 /// The bound holds for the chances the dependency really has. The policy
 /// tests against estimates: the failure rate over all calls is an upper

@@ -1,13 +1,15 @@
 //! Everything this crate says through `tracing` on the test's thread,
 //! captured as text.
 //!
-//! Included by path by the tests that read it; each uses a part, hence the
+//! Used by the tests that read it; each uses a part, hence the
 //! `dead_code` allowance.
 #![allow(dead_code)]
 
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use tracing::subscriber::NoSubscriber;
+use tracing::Dispatch;
 use tracing_subscriber::EnvFilter;
 
 /// The text of this crate's events, one line each.
@@ -31,6 +33,7 @@ impl Captured {
     /// Only this crate's: other crates' traces (hyper-util's of its
     /// connection pool shows a URI's userinfo) are not the test's to read.
     pub fn start(level: &str) -> (Captured, tracing::subscriber::DefaultGuard) {
+        ask_every_subscriber();
         let captured = Captured::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -44,4 +47,15 @@ impl Captured {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
     }
+}
+
+/// `tracing` caches whether each call site is enabled. While a single
+/// subscriber is registered it asks only the thread that reaches a call
+/// site first, so a test on a thread without a subscriber (any other test
+/// of the binary) can disable the call site for this thread's subscriber
+/// too: the event is lost. A second subscriber, registered once and kept
+/// for the life of the process, makes `tracing` ask every live subscriber.
+fn ask_every_subscriber() {
+    static KEPT: OnceLock<Dispatch> = OnceLock::new();
+    KEPT.get_or_init(|| Dispatch::new(NoSubscriber::default()));
 }

@@ -7,7 +7,7 @@
 //! ask `is_end_stream()`, and drop the body when it says yes: a body read
 //! that way never yields its `None`.
 //!
-//! Included by path by the tests of streamed bodies; each uses a part,
+//! Used by the tests of streamed bodies; each uses a part,
 //! hence the `dead_code` allowance.
 #![allow(dead_code)]
 

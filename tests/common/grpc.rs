@@ -1,7 +1,7 @@
 //! tonic servers on free ports of 127.0.0.1, serving until the runtime
 //! shuts down.
 //!
-//! Included by path by the tests that call gRPC servers; each uses a part,
+//! Used by the tests that call gRPC servers; each uses a part,
 //! hence the `dead_code` allowance.
 #![allow(dead_code)]
 

@@ -1,8 +1,31 @@
-//! Helpers shared by the integration tests that drive a breaker through a
-//! scripted inner service.
+//! Helpers shared by the integration tests: here, a scripted inner
+//! service to drive a breaker through; in the submodules, what tests of
+//! one kind share (paused time, servers on loopback, captured traces).
 //!
-//! Each test binary uses a different subset, hence the `dead_code` allowance.
+//! Each test binary declares this module once (`#[path =
+//! "../common/mod.rs"] mod common;` in `tests/<group>/main.rs`) and its
+//! modules name what they use (`use crate::common::paused;`). Each uses a
+//! different subset, hence the `dead_code` allowance.
 #![allow(dead_code)]
+
+pub mod admin;
+pub mod captured;
+// What the integration examples share, for the tests that run their
+// wiring (`app.rs` names it as its sibling, `super::demo`).
+#[path = "../../examples/common/demo.rs"]
+pub mod demo;
+pub mod failover;
+// The outage bench's failure processes, for the adaptive policy's tests.
+#[path = "../../benches/outage_support/failures.rs"]
+pub mod failures;
+#[cfg(feature = "http-body")]
+pub mod gateway;
+pub mod grpc;
+pub mod panics;
+pub mod paused;
+#[cfg(feature = "redis")]
+pub mod redis;
+pub mod rng;
 
 use std::error::Error;
 use std::fmt;

@@ -1,9 +1,10 @@
 //! SplitMix64, the seeded generator of the tests and of `benches/outage.rs`:
 //! a seed fixes every number drawn, so a run can be repeated exactly.
 //!
-//! Included by path (`#[path = "common/rng.rs"] mod rng;`), so that a test
-//! or bench takes the generator without the rest of `tests/common`. Each
-//! one uses a different subset, hence the `dead_code` allowance.
+//! The tests reach it as `common::rng`; the outage bench includes it by
+//! path (`#[path = "../tests/common/rng.rs"] mod rng;`), without the rest
+//! of `tests/common`. Each one uses a different subset, hence the
+//! `dead_code` allowance.
 #![allow(dead_code)]
 
 /// SplitMix64 (Steele, Lea and Flood): small and well mixed; plenty for

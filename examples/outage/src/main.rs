@@ -18,8 +18,8 @@
 //! whole demo takes seconds. It prints the breaker's state changes as they
 //! happen, then a table side by side, and writes a chart to
 //! `target/outage.svg`. The scenario itself is `src/scenario.rs`, which the
-//! crate's `tests/outage_demo.rs` runs on paused time with in-process
-//! upstreams.
+//! crate's `tests/in_process/outage_demo.rs` runs on paused time with
+//! in-process upstreams.
 //!
 //! A package of its own, with only the dependencies the demo needs, so that
 //! it builds in a few minutes from cold rather than with every

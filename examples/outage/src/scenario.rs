@@ -2,9 +2,9 @@
 //! and without the breaker.
 //!
 //! Shared by the demo (`examples/outage`: HTTP upstreams on local sockets, real
-//! time) and `tests/outage_demo.rs` (in-process upstreams, paused time):
-//! both hand [`run`] a way to reach a [`Provider`], and everything else, the
-//! schedule, the clients, the conversations and the tally, is this file.
+//! time) and `tests/in_process/outage_demo.rs` (in-process upstreams, paused
+//! time): both hand [`run`] a way to reach a [`Provider`], and everything else,
+//! the schedule, the clients, the conversations and the tally, is this file.
 #![allow(dead_code)] // each user needs a different part of it
 
 use std::fmt::Write as _;
