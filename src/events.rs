@@ -135,7 +135,9 @@ pub struct Transition {
     /// Announced by a breaker in shadow mode: what a real breaker would have
     /// done; no call was refused.
     pub shadow: bool,
-    /// Which breaker announced it: breakers may share a name.
+    /// Which breaker announced it: breakers may share a name (read by the
+    /// admin endpoint's streams of a set of breakers).
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
     pub(crate) origin: Origin,
 }
 
