@@ -1,14 +1,20 @@
 //! axum integration (feature `axum`): a refused call answers
 //! `503 Service Unavailable` with `Retry-After`, through `CircuitOpen`'s
-//! `IntoResponse`. The wiring of axum clients and of a guarded route, the
+//! `IntoResponse`; so do a failover whose every candidate is out
+//! ([`Exhausted`]) and a full registry ([`RegistryFull`], without
+//! `Retry-After`). The wiring of axum clients and of a guarded route, the
 //! crate's guide (section *Wiring each client*).
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
+use std::time::Duration;
+
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::HeaderValue;
+use http::{HeaderValue, StatusCode};
 
 use crate::error::CircuitOpen;
+use crate::failover::Exhausted;
+use crate::registry::RegistryFull;
 
 impl IntoResponse for CircuitOpen {
     /// `503 Service Unavailable`, with:
@@ -68,6 +74,68 @@ impl IntoResponse for CircuitOpen {
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
         response
+    }
+}
+
+/// `503 Service Unavailable` with a `text/plain` body, and `Retry-After`
+/// in whole seconds (rounded up, at least 1) when `retry_after` is known.
+fn unavailable(retry_after: Option<Duration>, message: String) -> Response {
+    let mut response = Response::new(Body::from(message));
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    if let Some(after) = retry_after {
+        let seconds = after
+            .as_nanos()
+            .div_ceil(1_000_000_000)
+            .clamp(1, u128::from(u64::MAX)) as u64;
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+impl IntoResponse for Exhausted {
+    /// `503 Service Unavailable` with `Retry-After` set to the smallest
+    /// retry-after among the open candidates (whole seconds, rounded up,
+    /// at least 1), or none when no open candidate has a known end (every
+    /// candidate failed, or an operator holds them open): the answer of a
+    /// router whose every provider is out. The body names no candidate.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use axum::response::IntoResponse;
+    /// use http::{header::RETRY_AFTER, StatusCode};
+    /// use tower_circuit_breaker::failover::{Exhausted, Reason, Unavailable};
+    /// use tower_circuit_breaker::State;
+    ///
+    /// let exhausted = Exhausted::new([
+    ///     Unavailable::new(0, "openai", Reason::open(State::Open, Some(Duration::from_millis(20_500)))),
+    ///     Unavailable::new(1, "anthropic", Reason::open(State::Open, Some(Duration::from_secs(30)))),
+    /// ]);
+    /// let response = exhausted.into_response();
+    /// assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    /// assert_eq!(response.headers()[RETRY_AFTER], "21");
+    /// ```
+    fn into_response(self) -> Response {
+        let message = match self.retry_after() {
+            Some(_) => "every upstream is unavailable; retry later\n",
+            None => "every upstream is unavailable\n",
+        };
+        unavailable(self.retry_after(), message.to_string())
+    }
+}
+
+impl IntoResponse for RegistryFull {
+    /// `503 Service Unavailable`, without `Retry-After`: the registry has
+    /// no room for a breaker of the request's key until one of its
+    /// breakers closes (or an operator lets go of one). The body says so,
+    /// naming no key.
+    fn into_response(self) -> Response {
+        unavailable(None, format!("{self}\n"))
     }
 }
 
@@ -133,6 +201,42 @@ mod tests {
             &body[..],
             b"upstream `openai` is unavailable; retry after 12 s\n"
         );
+    }
+
+    #[tokio::test]
+    async fn an_exhausted_chain_answers_with_its_smallest_retry_after_or_none() {
+        use crate::failover::{Reason, Unavailable};
+        let open = |i, ms| {
+            Unavailable::new(
+                i,
+                format!("p{i}"),
+                Reason::open(State::Open, Some(std::time::Duration::from_millis(ms))),
+            )
+        };
+        let response =
+            Exhausted::new([open(0, 9_000), open(1, 2_100), open(2, 5_000)]).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry_after(&response), "3");
+        let body = to_bytes(response.into_body(), 1024).await.unwrap();
+        assert!(!body.windows(2).any(|w| w == b"p0"), "names no candidate");
+
+        let failed = Unavailable::new(0, "p0", Reason::failed(None, None));
+        let held = Unavailable::new(1, "p1", Reason::open(State::ForcedOpen, None));
+        let response = Exhausted::new([failed, held]).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(response.headers().get(RETRY_AFTER).is_none());
+    }
+
+    #[test]
+    fn a_full_registry_is_a_503_without_retry_after() {
+        let full = crate::registry::Registry::<String>::builder()
+            .max_keys(1)
+            .build();
+        full.get(&"a".to_string()).unwrap().force_open(None);
+        let err = full.get(&"b".to_string()).unwrap_err();
+        let response = err.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(response.headers().get(RETRY_AFTER).is_none());
     }
 
     #[tokio::test]

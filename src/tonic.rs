@@ -1,5 +1,6 @@
 //! tonic integration (feature `tonic`): a refused call becomes a gRPC
-//! `UNAVAILABLE` status with a pushback, so that a breaker can guard a
+//! `UNAVAILABLE` status with a pushback (as do a failover whose every
+//! candidate is out and, without a pushback, a full registry), so that a breaker can guard a
 //! tonic `Channel` or a generated client's method with `tonic::Status` as
 //! its error type. The classifier of `Status` errors is
 //! [`classify::TonicClassifier`](crate::classify::TonicClassifier); the
@@ -12,7 +13,9 @@ use tonic::Status;
 
 use crate::classify::tonic::PUSHBACK;
 use crate::error::CircuitOpen;
+use crate::failover::Exhausted;
 use crate::millis::millis_up;
+use crate::registry::RegistryFull;
 
 impl From<CircuitOpen> for Status {
     /// `UNAVAILABLE`, with the retry delay in milliseconds as
@@ -50,9 +53,7 @@ impl From<CircuitOpen> for Status {
     /// # }
     /// ```
     fn from(open: CircuitOpen) -> Status {
-        // Rounded up: a client told to come back never comes back early;
-        // and never under a second, as `Retry-After` in whole seconds.
-        let delay_ms = millis_up(open.retry_after()).max(1000);
+        let delay_ms = pushback_ms(open.retry_after());
         let mut status = Status::unavailable(format!(
             "upstream `{}` is unavailable; retry after {delay_ms} ms",
             open.breaker()
@@ -61,6 +62,61 @@ impl From<CircuitOpen> for Status {
             .metadata_mut()
             .insert(PUSHBACK, MetadataValue::from(delay_ms));
         status.set_source(Arc::new(open));
+        status
+    }
+}
+
+/// A delay as a pushback: rounded up (a client told to come back never
+/// comes back early), and never under a second, as `Retry-After` in whole
+/// seconds.
+fn pushback_ms(delay: std::time::Duration) -> u64 {
+    millis_up(delay).max(1000)
+}
+
+impl From<Exhausted> for Status {
+    /// `UNAVAILABLE`, with the smallest retry-after among the open
+    /// candidates as `grpc-retry-pushback-ms` (rounded up, at least 1000),
+    /// or no pushback when no open candidate has a known end; the
+    /// `Exhausted` as the status's source ([`Exhausted::find`] finds it).
+    /// The message names no candidate.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tonic::{Code, Status};
+    /// use tower_circuit_breaker::failover::{Exhausted, Reason, Unavailable};
+    /// use tower_circuit_breaker::State;
+    ///
+    /// let exhausted = Exhausted::new([
+    ///     Unavailable::new(0, "search-a", Reason::open(State::Open, Some(Duration::from_millis(2_500)))),
+    ///     Unavailable::new(1, "search-b", Reason::failed(None, None)),
+    /// ]);
+    /// let status = Status::from(exhausted);
+    /// assert_eq!(status.code(), Code::Unavailable);
+    /// assert_eq!(status.metadata().get("grpc-retry-pushback-ms").unwrap(), "2500");
+    /// ```
+    fn from(exhausted: Exhausted) -> Status {
+        let pushback = exhausted.retry_after().map(pushback_ms);
+        let mut status = Status::unavailable(match pushback {
+            Some(ms) => format!("every upstream is unavailable; retry after {ms} ms"),
+            None => "every upstream is unavailable".to_string(),
+        });
+        if let Some(ms) = pushback {
+            status
+                .metadata_mut()
+                .insert(PUSHBACK, MetadataValue::from(ms));
+        }
+        status.set_source(Arc::new(exhausted));
+        status
+    }
+}
+
+impl From<RegistryFull> for Status {
+    /// `UNAVAILABLE`, without a pushback: the registry has no room for a
+    /// breaker of the call's key until one of its breakers closes. The
+    /// `RegistryFull` is the status's source.
+    fn from(full: RegistryFull) -> Status {
+        let mut status = Status::unavailable(full.to_string());
+        status.set_source(Arc::new(full));
         status
     }
 }
@@ -111,6 +167,41 @@ mod tests {
         }
         let status = Status::from(refusal(1001));
         assert_eq!(status.metadata().get(PUSHBACK).unwrap(), "1001");
+    }
+
+    #[test]
+    fn an_exhausted_chain_is_unavailable_with_its_smallest_pushback_or_none() {
+        use crate::failover::{Reason, Unavailable};
+        let open = |i, ms| {
+            Unavailable::new(
+                i,
+                format!("p{i}"),
+                Reason::open(State::Open, Some(Duration::from_millis(ms))),
+            )
+        };
+        let status = Status::from(Exhausted::new([open(0, 4_000), open(1, 300)]));
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(
+            status.metadata().get(PUSHBACK).unwrap(),
+            "1000",
+            "the floor"
+        );
+        assert!(Exhausted::find(&status).is_some());
+        let failed = Unavailable::new(0, "p0", Reason::failed(None, None));
+        let status = Status::from(Exhausted::new([failed]));
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(status.metadata().get(PUSHBACK).is_none());
+    }
+
+    #[test]
+    fn a_full_registry_is_unavailable_without_a_pushback() {
+        let registry = crate::registry::Registry::<String>::builder()
+            .max_keys(1)
+            .build();
+        registry.get(&"a".to_string()).unwrap().force_open(None);
+        let status = Status::from(registry.get(&"b".to_string()).unwrap_err());
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(status.metadata().get(PUSHBACK).is_none());
     }
 
     #[test]

@@ -32,8 +32,30 @@ pub struct Exhausted {
 }
 
 impl Exhausted {
-    pub(crate) fn new(candidates: Vec<Unavailable>) -> Self {
-        Exhausted { candidates }
+    /// The answer of a chain whose every candidate gave none, one
+    /// [`Unavailable`] per candidate in the chain's order: what a
+    /// [`Failover`](super::Failover) returns, for a chain a user walks
+    /// without one (and answers with as the `axum` and `tonic` features
+    /// do: 503 with `Retry-After`, `UNAVAILABLE` with a pushback, both the
+    /// smallest retry-after among the open candidates).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::failover::{Exhausted, Reason, Unavailable};
+    /// use tower_circuit_breaker::State;
+    ///
+    /// let exhausted = Exhausted::new([
+    ///     Unavailable::new(0, "openai", Reason::open(State::Open, Some(Duration::from_secs(20)))),
+    ///     Unavailable::new(1, "anthropic", Reason::open(State::Open, Some(Duration::from_secs(5)))),
+    ///     Unavailable::new(2, "local", Reason::failed(Some("connection refused".into()), None)),
+    /// ]);
+    /// assert_eq!(exhausted.retry_after(), Some(Duration::from_secs(5)));
+    /// assert_eq!(exhausted.candidates()[2].name(), "local");
+    /// ```
+    pub fn new(candidates: impl IntoIterator<Item = Unavailable>) -> Self {
+        Exhausted {
+            candidates: candidates.into_iter().collect(),
+        }
     }
 
     /// Why each candidate gave no answer, in the chain's order.
@@ -99,10 +121,12 @@ pub struct Unavailable {
 }
 
 impl Unavailable {
-    pub(crate) fn new(index: usize, name: Arc<str>, reason: Reason) -> Self {
+    /// Candidate `index` of a chain (from zero), whose breaker is named
+    /// `name`, gave no answer for `reason`.
+    pub fn new(index: usize, name: impl Into<Arc<str>>, reason: Reason) -> Self {
         Unavailable {
             index,
-            name,
+            name: name.into(),
             reason,
         }
     }
@@ -156,6 +180,21 @@ pub enum Reason {
     },
     /// Not asked: the failover's attempt bound was reached first.
     NotTried,
+}
+
+impl Reason {
+    /// The candidate's breaker would not admit a call: it was in `state`,
+    /// and may admit one after `retry_after` (`None`: no known end).
+    pub fn open(state: State, retry_after: Option<Duration>) -> Self {
+        Reason::Open { state, retry_after }
+    }
+
+    /// The candidate was called and the result counted as a failure: with
+    /// `error`, or a response counted as one (`None`); `retry_after` is a
+    /// hint read from it.
+    pub fn failed(error: Option<BoxError>, retry_after: Option<Duration>) -> Self {
+        Reason::Failed { error, retry_after }
+    }
 }
 
 impl fmt::Display for Reason {
