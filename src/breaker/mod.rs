@@ -372,8 +372,7 @@ pub struct Counts {
     pub opened: u64,
     /// Probe permits granted.
     pub probes: u64,
-    /// Outcomes fed from outside any call ([`Breaker::record`],
-    /// [`Registry::record`](crate::registry::Registry::record)) that
-    /// counted: while closed or held closed.
+    /// Outcomes fed from outside any call ([`Breaker::record`], and a
+    /// registry's `record`) that counted: while closed or held closed.
     pub recorded: u64,
 }
