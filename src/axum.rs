@@ -12,7 +12,7 @@ use std::time::Duration;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, StatusCode};
 
-use crate::error::CircuitOpen;
+use crate::error::{retry_after_seconds, CircuitOpen};
 use crate::failover::Exhausted;
 use crate::registry::RegistryFull;
 
@@ -83,13 +83,9 @@ fn unavailable(retry_after: Option<Duration>, message: String) -> Response {
     let mut response = Response::new(Body::from(message));
     *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
     if let Some(after) = retry_after {
-        let seconds = after
-            .as_nanos()
-            .div_ceil(1_000_000_000)
-            .clamp(1, u128::from(u64::MAX)) as u64;
         response
             .headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from(seconds));
+            .insert(RETRY_AFTER, HeaderValue::from(retry_after_seconds(after)));
     }
     response.headers_mut().insert(
         CONTENT_TYPE,

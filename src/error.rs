@@ -154,11 +154,7 @@ impl CircuitOpen {
     /// # }
     /// ```
     pub fn to_http_response<B: Default>(&self) -> http::Response<B> {
-        let seconds = self
-            .retry_after()
-            .as_nanos()
-            .div_ceil(1_000_000_000)
-            .clamp(1, u128::from(u64::MAX)) as u64;
+        let seconds = retry_after_seconds(self.retry_after());
         let mut response = http::Response::new(B::default());
         *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
         response
@@ -344,3 +340,12 @@ impl fmt::Display for ConfigError {
 }
 
 impl Error for ConfigError {}
+
+/// A delay as `Retry-After` says it: whole seconds, rounded up (a client
+/// told to come back never comes back early), at least 1.
+pub(crate) fn retry_after_seconds(delay: Duration) -> u64 {
+    delay
+        .as_nanos()
+        .div_ceil(1_000_000_000)
+        .clamp(1, u128::from(u64::MAX)) as u64
+}

@@ -788,26 +788,41 @@ async fn openings_from_a_quorum_of_instances_open_the_fleet() {
 }
 
 /// A broken instance that crashes after two failures and starts again,
-/// over and over: made again under its name, it is still one instance
-/// failing, and the quorum of two keeps the healthy fleet serving.
+/// over and over, its failures staying in the fleet's count: made again
+/// under its name, it is still one instance failing, and the quorum of
+/// two keeps the healthy fleet serving. Without a name each restart is a
+/// new voter, so its second life and its first make a quorum, and the
+/// healthy fleet is opened (what `MemoryFleet::instance` documents).
 #[tokio::test(start_paused = true)]
-async fn a_crash_looping_named_instance_is_one_voter_however_often_it_restarts() {
-    let memory = MemoryFleet::builder().quorum(2).build().unwrap();
-    let config = config("llm", 3, Duration::from_secs(30));
-    let (broken, healthy) = (Upstream::failing(), Upstream::default());
-    let good = fleet_of(2, &memory, &config, &healthy);
-    for _ in 0..4 {
-        let bad = Instance::with_store(memory.named_instance("pod-a"), config.clone(), &broken);
-        for _ in 0..2 {
-            assert_eq!(bad.request().await, Answer::Failed);
-            settle().await;
+async fn a_crash_looping_instance_makes_a_quorum_alone_only_without_a_name() {
+    // Named: four lives of two failures. Unnamed: two failures in its first
+    // life, one in its second: three in the count, from two voters.
+    for (name, lives) in [(Some("pod-a"), &[2, 2, 2, 2][..]), (None, &[2, 1][..])] {
+        let memory = MemoryFleet::builder().quorum(2).build().unwrap();
+        let config = config("llm", 3, Duration::from_secs(30));
+        let (broken, healthy) = (Upstream::failing(), Upstream::default());
+        let good = fleet_of(2, &memory, &config, &healthy);
+        for &failures in lives {
+            let store = match name {
+                Some(name) => memory.named_instance(name),
+                None => memory.instance(),
+            };
+            let bad = Instance::with_store(store, config.clone(), &broken);
+            for _ in 0..failures {
+                assert_eq!(bad.request().await, Answer::Failed);
+                settle().await;
+            }
+            // The process dies; its failures stay in the fleet's count.
         }
-        // The process dies; its failures stay in the fleet's count.
-    }
-    assert!(memory.failures("llm") >= 3, "past the count's threshold");
-    assert_eq!(states(&good), [State::Closed; 2], "one voter is no quorum");
-    for instance in &good {
-        assert_eq!(instance.request().await, Answer::Answered);
+        if name.is_some() {
+            assert!(memory.failures("llm") >= 3, "past the count's threshold");
+            assert_eq!(states(&good), [State::Closed; 2], "one voter is no quorum");
+            for instance in &good {
+                assert_eq!(instance.request().await, Answer::Answered);
+            }
+        } else {
+            assert_eq!(states(&good), [State::Open; 2], "two lives, two voters");
+        }
     }
 }
 
@@ -847,27 +862,6 @@ async fn each_life_of_a_crash_looping_instance_votes_under_its_name() {
             None => assert_eq!(states(&good), [State::Open; 2], "two lives' votes"),
         }
     }
-}
-
-/// The same crash loop without names: each restart is a new voter, so
-/// the restarted instance and its own earlier life make a quorum, and
-/// the healthy fleet is opened (what `MemoryFleet::instance` documents).
-#[tokio::test(start_paused = true)]
-async fn a_crash_looping_unnamed_instance_counts_again_after_each_restart() {
-    let memory = MemoryFleet::builder().quorum(2).build().unwrap();
-    let config = config("llm", 3, Duration::from_secs(30));
-    let (broken, healthy) = (Upstream::failing(), Upstream::default());
-    let good = fleet_of(2, &memory, &config, &healthy);
-    // Two failures in its first life, one in its second: three in the
-    // count, from two voters.
-    for failures in [2, 1] {
-        let bad = Instance::new(&memory, config.clone(), &broken);
-        for _ in 0..failures {
-            assert_eq!(bad.request().await, Answer::Failed);
-            settle().await;
-        }
-    }
-    assert_eq!(states(&good), [State::Open; 2], "two lives, two voters");
 }
 
 #[tokio::test(start_paused = true)]
