@@ -353,7 +353,7 @@ fn check_classifier(value: &HeaderValue, parsed: Option<Duration>) {
             .header(RETRY_AFTER, value.clone())
             .body(())
             .expect("a valid response");
-        let verdict = Classify::<_, ()>::classify(&HttpClassifier::new(), Ok(&response));
+        let verdict = Classify::<_, ()>::classify(&HttpClassifier::new(), Ok(&response)).at_head();
         assert_eq!(verdict.outcome(), Outcome::Failure);
         if is_delay_seconds(value) {
             assert_eq!(verdict.retry_after(), parsed, "{value:?}");
@@ -681,8 +681,7 @@ pub fn config_file(data: &[u8]) {
 #[cfg(feature = "http-body")]
 pub fn grpc_headers(data: &[u8]) {
     use tower_circuit_breaker::classify::{
-        grpc_status, parse_pushback, Classified, ClassifyEos, ClassifyResponse, GrpcClassifier,
-        Outcome,
+        grpc_status, parse_pushback, Classified, Classify, ClassifyEos, GrpcClassifier, Outcome,
     };
 
     let mut input = Input::new(data);
@@ -706,10 +705,8 @@ pub fn grpc_headers(data: &[u8]) {
         GrpcClassifier::new().internal_is_failure(true),
     ] {
         // In the trailers, at the end of a stream.
-        let at_end = ClassifyResponse::<(), ()>::classify_response(
-            &classifier,
-            Ok(&http::Response::new(())),
-        );
+        let at_end =
+            Classify::<http::Response<()>, ()>::classify(&classifier, Ok(&http::Response::new(())));
         let Classified::AtEndOfStream(eos) = at_end else {
             panic!("a head without grpc-status is judged at the end");
         };
@@ -725,7 +722,7 @@ pub fn grpc_headers(data: &[u8]) {
         let mut head = http::Response::new(());
         *head.headers_mut() = headers.clone();
         if code.is_some() {
-            match ClassifyResponse::<(), ()>::classify_response(&classifier, Ok(&head)) {
+            match Classify::<http::Response<()>, ()>::classify(&classifier, Ok(&head)) {
                 Classified::Ready(now) => assert_eq!(now, verdict, "{headers:?}"),
                 Classified::AtEndOfStream(_) => panic!("a status in the head is judged at once"),
             }

@@ -1,10 +1,14 @@
 //! Streamed response bodies (feature `http-body`): the outcome of a call is
 //! recorded when its body ends, fails, or is dropped.
 //!
-//! A breaker made by [`CircuitBreakerLayer::streaming`] answers with
-//! `http::Response<BreakerBody<B, _>>`. When its classifier can only judge
-//! at the end of the stream (a server-sent event stream, a gRPC call whose status comes in
-//! the trailers), the body carries the call's pending verdict and records:
+//! A breaker whose classifier can defer to the end of the body (its
+//! [`Eos`](crate::classify::Classify::Eos) is a [`ClassifyEos`], as for
+//! [`StreamingHttp`](crate::classify::StreamingHttp) and
+//! [`GrpcClassifier`](crate::classify::GrpcClassifier)) answers with
+//! `http::Response<BreakerBody<B, _>>`, whether it is one breaker or a
+//! keyed one. When the classifier defers (a server-sent event stream, a
+//! gRPC call whose status comes in the trailers), the body carries the
+//! call's pending verdict and records:
 //!
 //! * when the body ends (all data read, trailers included): the end-of-stream
 //!   classifier decides, from the trailers;
@@ -27,7 +31,6 @@
 //! halfway can never count as a successful probe.
 
 use std::any::Any;
-use std::future::Future;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -35,16 +38,9 @@ use std::task::{Context, Poll};
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use tower_service::Service;
 
-use tower_layer::Layer;
-
-use crate::breaker::Breaker;
-use crate::classify::{Classified, ClassifyEos, ClassifyResponse, Outcome, Verdict};
-use crate::error::{CircuitOpen, HoldsCircuitOpen};
-use crate::future::{Judgement, Obligation, ResponseFuture};
-use crate::layer::CircuitBreakerLayer;
-use crate::service::{CircuitBreaker, Readiness};
+use crate::classify::{ClassifyEos, Outcome, Verdict};
+use crate::future::{Finish, Obligation};
 
 pin_project! {
     /// A response body that records its call's outcome when it ends.
@@ -218,146 +214,11 @@ impl<B: std::fmt::Debug, Eos> std::fmt::Debug for BreakerBody<B, Eos> {
     }
 }
 
-/// Wraps services in a [`StreamingBreaker`]: made by
-/// [`CircuitBreakerLayer::streaming`]. Every service it wraps shares one
-/// breaker.
-///
-/// ```
-/// use tower_circuit_breaker::{classify::StreamingHttp, CircuitBreakerLayer, Config};
-///
-/// let layer = CircuitBreakerLayer::new(Config::default()).streaming(StreamingHttp::new());
-/// let breaker = layer.breaker();
-/// # let _ = breaker;
-/// ```
-#[derive(Clone, Debug)]
-pub struct StreamingLayer<C> {
-    breaker: Breaker,
-    classifier: C,
-    mode: Readiness,
-}
+impl<B: Body, Eos: ClassifyEos> Finish<Response<B>> for Eos {
+    type Response = Response<BreakerBody<B, Eos>>;
 
-impl CircuitBreakerLayer {
-    /// A layer for services answering `http::Response`s whose outcome may
-    /// be known only at the end of the body: `classifier` (a
-    /// [`ClassifyResponse`], such as [`StreamingHttp`](crate::classify::StreamingHttp)
-    /// or [`GrpcClassifier`](crate::classify::GrpcClassifier)) judges the
-    /// head, and a [`BreakerBody`] records at the end of the stream.
-    pub fn streaming<C>(self, classifier: C) -> StreamingLayer<C> {
-        StreamingLayer {
-            breaker: self.breaker(),
-            classifier,
-            mode: self.mode(),
-        }
-    }
-}
-
-impl<C> StreamingLayer<C> {
-    /// Sets how wrapped services answer `poll_ready` while the breaker will
-    /// not admit a call (see [`Readiness`]).
-    pub fn readiness(mut self, mode: Readiness) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// A handle to the breaker every wrapped service shares.
-    pub fn breaker(&self) -> Breaker {
-        self.breaker.clone()
-    }
-}
-
-impl<S, C: Clone> Layer<S> for StreamingLayer<C> {
-    type Service = StreamingBreaker<S, C>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        StreamingBreaker {
-            inner: CircuitBreaker::with_classifier(inner, &self.breaker, self.classifier.clone())
-                .readiness(self.mode),
-        }
-    }
-}
-
-/// A circuit breaker for services answering `http::Response<B>`, recording
-/// each call's outcome when its body ends (see the [module docs](self)).
-/// Admission, readiness and refusals are [`CircuitBreaker`]'s.
-pub struct StreamingBreaker<S, C> {
-    inner: CircuitBreaker<S, C>,
-}
-
-impl<S, C> StreamingBreaker<S, C> {
-    /// A handle to the breaker.
-    pub fn breaker(&self) -> Breaker {
-        self.inner.breaker()
-    }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        self.inner.get_ref()
-    }
-}
-
-impl<S: Clone, C: Clone> Clone for StreamingBreaker<S, C> {
-    fn clone(&self) -> Self {
-        StreamingBreaker {
-            inner: self.inner.clone(),
-        }
-    }
-}
-
-impl<S: std::fmt::Debug, C> std::fmt::Debug for StreamingBreaker<S, C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StreamingBreaker")
-            .field("inner", &self.inner)
-            .finish()
-    }
-}
-
-impl<S, C, Req, B> Service<Req> for StreamingBreaker<S, C>
-where
-    S: Service<Req, Response = Response<B>>,
-    S::Error: HoldsCircuitOpen,
-    C: ClassifyResponse<B, S::Error> + Clone,
-    B: Body,
-{
-    type Response = Response<BreakerBody<B, C::Eos>>;
-    type Error = S::Error;
-    type Future = StreamingFuture<S::Future, C>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.admit_ready(cx)
-    }
-
-    fn call(&mut self, req: Req) -> Self::Future {
-        StreamingFuture {
-            inner: self.inner.admit_call(req),
-        }
-    }
-}
-
-pin_project! {
-    /// Response future of [`StreamingBreaker`].
-    pub struct StreamingFuture<F, C> {
-        #[pin]
-        inner: ResponseFuture<F, C>,
-    }
-}
-
-impl<F, C, B, E> Future for StreamingFuture<F, C>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-    E: From<CircuitOpen>,
-    C: ClassifyResponse<B, E>,
-    B: Body,
-{
-    type Output = Result<Response<BreakerBody<B, C::Eos>>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.project().inner.poll_with(
-            cx,
-            |classifier, result| match classifier.classify_response(result) {
-                Classified::Ready(verdict) => Judgement::Now(verdict),
-                Classified::AtEndOfStream(eos) => Judgement::Later(eos),
-            },
-            |output, pending| output.map(|response| response.map(|b| BreakerBody::new(b, pending))),
-        )
+    #[allow(private_interfaces)]
+    fn finish(response: Response<B>, later: Option<(Eos, Obligation)>) -> Self::Response {
+        response.map(|body| BreakerBody::new(body, later))
     }
 }

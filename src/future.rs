@@ -1,5 +1,6 @@
 //! The response future: records the call's outcome when it completes.
 
+use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -12,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::breaker::admission::Permit;
 use crate::breaker::shared::Shared;
-use crate::classify::{Classify, Outcome, Verdict};
+use crate::classify::{Classified, Classify, Outcome, Verdict};
 use crate::error::CircuitOpen;
 use crate::local::Lease;
 
@@ -214,89 +215,15 @@ where
     F: Future<Output = Result<T, E>>,
     E: From<CircuitOpen>,
     C: Classify<T, E>,
+    C::Eos: Finish<T>,
 {
-    type Output = Result<T, E>;
+    type Output = Result<<C::Eos as Finish<T>>::Response, E>;
 
-    // Not `poll_with`: the closed-state hot path keeps the output where the
-    // inner future left it and classifies it by reference, without the
-    // moves a shaping step costs (measured: several nanoseconds per call).
-    // Its first half repeats `poll_with`'s on purpose: sharing it through a
-    // helper that hands the output on, by return or to a closure, measured
-    // 1 to 2 ns slower per closed call.
+    // The output stays where the inner future left it and is classified by
+    // reference; a classifier that never defers (`Eos = Infallible`) hands
+    // it on as it is (`Finish` is the identity then, and compiles away).
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            KindProj::Rejected { error } => match error.take() {
-                Some(error) => Poll::Ready(Err(E::from(error))),
-                None => panic!("ResponseFuture polled after completion"),
-            },
-            KindProj::Called {
-                future,
-                hold,
-                generation,
-                permit,
-                record: what,
-                start,
-            } => {
-                let polled = catch_unwind(AssertUnwindSafe(|| future.poll(cx)));
-                let mut recorder = Recorder {
-                    shared: hold.shared(),
-                    generation: *generation,
-                    permit,
-                    what,
-                    start: *start,
-                };
-                let output = match polled {
-                    Ok(Poll::Pending) => return Poll::Pending,
-                    Ok(Poll::Ready(output)) => output,
-                    Err(panic) => {
-                        recorder.record(Verdict::new(Outcome::Failure));
-                        resume_unwind(panic)
-                    }
-                };
-                if recorder.is_recording() {
-                    let classifier = hold.classifier();
-                    let verdict =
-                        catch_unwind(AssertUnwindSafe(|| classifier.classify(output.as_ref())))
-                            .unwrap_or_else(|panic| {
-                                recorder.record(Verdict::new(Outcome::Failure));
-                                resume_unwind(panic)
-                            });
-                    recorder.record(verdict);
-                }
-                Poll::Ready(output)
-            }
-        }
-    }
-}
-
-/// What a classifier says about a completed call: the verdict, or that it
-/// comes later (at the end of a streamed body) from `P`.
-#[cfg_attr(not(feature = "http-body"), allow(dead_code))]
-pub(crate) enum Judgement<P> {
-    Now(Verdict),
-    Later(P),
-}
-
-impl<F, C> ResponseFuture<F, C> {
-    /// Polls the inner future, for classifiers that may judge later (the
-    /// streaming ones). When it completes, `judge` looks at the
-    /// output (by reference, where it lies) and its verdict is recorded, or,
-    /// for a verdict that comes later, handed to `shape` with the obligation
-    /// to record it; `shape` makes what the caller gets. A panic in the inner
-    /// future or in `judge` is a failure: recorded (a probe permit goes
-    /// back), then resumed.
-    #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
-    pub(crate) fn poll_with<T, E, P, O>(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        judge: impl FnOnce(&C, Result<&T, &E>) -> Judgement<P>,
-        shape: impl FnOnce(Result<T, E>, Option<(P, Obligation)>) -> Result<O, E>,
-    ) -> Poll<Result<O, E>>
-    where
-        F: Future<Output = Result<T, E>>,
-        E: From<CircuitOpen>,
-    {
         match self.project().kind.project() {
             KindProj::Rejected { error } => match error.take() {
                 Some(error) => Poll::Ready(Err(E::from(error))),
@@ -329,18 +256,51 @@ impl<F, C> ResponseFuture<F, C> {
                 let mut later = None;
                 if recorder.is_recording() {
                     let classifier = hold.classifier();
-                    match catch_unwind(AssertUnwindSafe(|| judge(classifier, output.as_ref()))) {
-                        Ok(Judgement::Now(verdict)) => recorder.record(verdict),
-                        Ok(Judgement::Later(eos)) => later = recorder.defer().map(|o| (eos, o)),
+                    match catch_unwind(AssertUnwindSafe(|| classifier.classify(output.as_ref()))) {
+                        Ok(Classified::Ready(verdict)) => recorder.record(verdict),
+                        Ok(Classified::AtEndOfStream(eos)) => {
+                            later = recorder.defer().map(|obligation| (eos, obligation));
+                        }
                         Err(panic) => {
                             recorder.record(Verdict::new(Outcome::Failure));
                             resume_unwind(panic)
                         }
                     }
                 }
-                Poll::Ready(shape(output, later))
+                Poll::Ready(output.map(|response| Finish::finish(response, later)))
             }
         }
+    }
+}
+
+/// What a caller receives for a response `T` once its head is judged: `T`
+/// itself when nothing is left to judge, or, for an `http::Response` whose
+/// verdict waits for the end of its body, the response with its body
+/// wrapped in a [`BreakerBody`](crate::body::BreakerBody) that records it.
+///
+/// Implemented for [`Infallible`] (the [`Eos`](Classify::Eos) of a
+/// classifier that never defers: every `T`) and, with the `http-body`
+/// feature, for every [`ClassifyEos`](crate::classify::ClassifyEos) over
+/// `http::Response<B>`. It names the response type of a breaker service in
+/// generic code (`<C::Eos as Finish<S::Response>>::Response`); it cannot be
+/// implemented outside this crate.
+pub trait Finish<T>: Sized {
+    /// What the caller receives.
+    type Response;
+
+    /// Hands `response` on, with the verdict still to come, if any.
+    #[doc(hidden)]
+    #[allow(private_interfaces)]
+    fn finish(response: T, later: Option<(Self, Obligation)>) -> Self::Response;
+}
+
+impl<T> Finish<T> for Infallible {
+    type Response = T;
+
+    #[inline(always)]
+    #[allow(private_interfaces)]
+    fn finish(response: T, _: Option<(Self, Obligation)>) -> T {
+        response
     }
 }
 
@@ -379,37 +339,46 @@ impl Recorder<'_> {
 
     /// Hands the recording on: the returned obligation records later, and
     /// counts the call as cancelled if dropped before it does.
-    #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
     pub(crate) fn defer(&mut self) -> Option<Obligation> {
         if *self.what == Record::Nothing {
             return None;
         }
         let what = std::mem::replace(self.what, Record::Nothing);
-        Some(Obligation {
+        Some(Obligation::one(Pending {
             shared: Arc::clone(self.shared),
+            internal: false,
             generation: self.generation,
             permit: self.permit.take(),
             what,
             start: self.start,
-        })
+        }))
     }
 }
 
-/// A call whose verdict is not known yet (a streamed response body): it
-/// holds the call's generation and probe permit until it is settled. Dropped
-/// unsettled, the call counts as cancelled and its permit goes back.
+/// A call whose verdict is not known yet (a streamed response body): for
+/// each breaker it went through (a key's and its parent's), the call's
+/// generation and probe permit, until it is settled. Dropped unsettled,
+/// the call counts as cancelled in each and their permits go back.
 pub(crate) struct Obligation {
-    shared: Arc<Shared>,
-    generation: u32,
-    permit: Option<Box<Permit>>,
-    what: Record,
-    start: Option<Instant>,
+    first: Pending,
+    parent: Option<Pending>,
 }
 
-impl Obligation {
-    /// Records the verdict.
-    #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
-    pub(crate) fn settle(mut self, verdict: Verdict) {
+/// The obligation at one breaker.
+pub(crate) struct Pending {
+    pub(crate) shared: Arc<Shared>,
+    /// Whether `shared` was taken for the call alone by a keyed service (a
+    /// handle the registry's eviction does not count as a user's, so that
+    /// calls in flight never hold breakers in a full registry).
+    pub(crate) internal: bool,
+    pub(crate) generation: u32,
+    pub(crate) permit: Option<Box<Permit>>,
+    pub(crate) what: Record,
+    pub(crate) start: Option<Instant>,
+}
+
+impl Pending {
+    fn settle(&mut self, verdict: Verdict) {
         let Some(count_only) = self.what.take() else {
             return;
         };
@@ -424,7 +393,7 @@ impl Obligation {
     }
 }
 
-impl Drop for Obligation {
+impl Drop for Pending {
     fn drop(&mut self) {
         // The caller walked away before the end: says nothing of the
         // upstream's health. A cancellation; the permit goes back as the
@@ -433,14 +402,41 @@ impl Drop for Obligation {
             self.what = Record::Nothing;
             self.shared.count_cancelled();
         }
+        if self.internal {
+            self.shared.note_internal_handle(false);
+        }
+    }
+}
+
+impl Obligation {
+    pub(crate) fn one(first: Pending) -> Self {
+        Obligation {
+            first,
+            parent: None,
+        }
+    }
+
+    /// The obligation of a call admitted at a key's breaker and, if it
+    /// has one, its parent's.
+    pub(crate) fn with_parent(first: Pending, parent: Option<Pending>) -> Self {
+        Obligation { first, parent }
+    }
+
+    /// Records the verdict, in each breaker.
+    #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
+    pub(crate) fn settle(mut self, verdict: Verdict) {
+        self.first.settle(verdict);
+        if let Some(parent) = &mut self.parent {
+            parent.settle(verdict);
+        }
     }
 }
 
 impl fmt::Debug for Obligation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Obligation")
-            .field("breaker", self.shared.name())
-            .field("generation", &self.generation)
+            .field("breaker", self.first.shared.name())
+            .field("generation", &self.first.generation)
             .finish_non_exhaustive()
     }
 }

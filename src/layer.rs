@@ -79,11 +79,6 @@ impl<C> CircuitBreakerLayer<C> {
     pub fn breaker(&self) -> Breaker {
         self.breaker.clone()
     }
-
-    #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
-    pub(crate) fn mode(&self) -> Readiness {
-        self.mode
-    }
 }
 
 impl Breaker {

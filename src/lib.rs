@@ -126,8 +126,11 @@
 //! # let _ = layer;
 //! ```
 //!
-//! With the `http-body` feature, `CircuitBreakerLayer::streaming` classifies
-//! server-sent event streams and gRPC calls at the end of their bodies.
+//! With the `http-body` feature, a classifier may defer its verdict to the
+//! end of the response's body: `.classify(StreamingHttp::new())` judges
+//! server-sent event streams, `.classify(GrpcClassifier::new())` gRPC calls
+//! by the status in their trailers, on one breaker or a keyed one alike
+//! (see [`body`]).
 //!
 //! # Keyed breakers
 //!
@@ -266,7 +269,7 @@
 //! | `http-body` | [end-of-stream classification](body) of `http::Response` bodies; gRPC statuses |
 //! | `metrics` | state gauges, transitions and counts through the `metrics` facade ([`metrics_facade`]) |
 //! | `serde` | configs deserialize (durations as `"30s"`), snapshots serialize ([`serialization`]) |
-//! | `tower-http` | tower-http's classifiers for streaming breakers ([`classify::TowerHttp`]) |
+//! | `tower-http` | tower-http's classifiers, whole or streamed ([`classify::TowerHttp`]) |
 //! | `axum` | `CircuitOpen` answers as a 503 with `Retry-After` |
 //! | `tonic` | `CircuitOpen` into `tonic::Status`; a classifier of `Status` errors ([`classify::TonicClassifier`]) |
 //! | `redis` | breaker state shared by a fleet through Redis ([`store::redis`]) |

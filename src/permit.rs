@@ -50,6 +50,7 @@
 //! # async fn index_one_item() -> Result<(), ()> { Ok(()) }
 //! ```
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -205,7 +206,7 @@ impl Breaker {
         call: impl FnOnce() -> Fut,
     ) -> Result<T, E>
     where
-        C: Classify<T, E>,
+        C: Classify<T, E, Eos = Infallible>,
         Fut: Future<Output = Result<T, E>>,
         E: From<CircuitOpen>,
     {

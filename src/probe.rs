@@ -196,6 +196,10 @@ where
         },
         None => call.await,
     };
-    std::panic::catch_unwind(AssertUnwindSafe(|| classifier.classify(result.as_ref())))
-        .unwrap_or(Verdict::new(Outcome::Failure))
+    // A probe is judged by its result alone: a streamed body's end is
+    // not waited for.
+    std::panic::catch_unwind(AssertUnwindSafe(|| {
+        classifier.classify(result.as_ref()).at_head()
+    }))
+    .unwrap_or(Verdict::new(Outcome::Failure))
 }

@@ -259,7 +259,7 @@ fn failure_hint<Res, E, C: Classify<Res, E>>(
     classifier: &C,
     result: Result<&Res, &E>,
 ) -> Option<Option<Duration>> {
-    let verdict = classifier.classify(result);
+    let verdict = classifier.classify(result).at_head();
     (verdict.outcome() == Outcome::Failure).then(|| verdict.retry_after())
 }
 

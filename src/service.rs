@@ -17,7 +17,7 @@ use crate::breaker::state::{Tag, Word};
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures};
 use crate::error::{CircuitOpen, HoldsCircuitOpen, Name};
-use crate::future::{Hold, Record, ResponseFuture};
+use crate::future::{Finish, Hold, Record, ResponseFuture};
 use crate::local::Owner;
 use crate::State;
 
@@ -391,8 +391,9 @@ where
     S: Service<Req>,
     S::Error: HoldsCircuitOpen,
     C: Classify<S::Response, S::Error> + Clone,
+    C::Eos: Finish<S::Response>,
 {
-    type Response = S::Response;
+    type Response = <C::Eos as Finish<S::Response>>::Response;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, C>;
 

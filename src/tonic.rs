@@ -143,7 +143,7 @@ mod tests {
     }
 
     fn classify(classifier: TonicClassifier, status: &Status) -> Verdict {
-        Classify::<(), _>::classify(&classifier, Err(status))
+        Classify::<(), _>::classify(&classifier, Err(status)).at_head()
     }
 
     #[test]
@@ -216,7 +216,7 @@ mod tests {
     fn codes_map_to_outcomes() {
         let default = TonicClassifier::new();
         let strict = TonicClassifier::new().internal_is_failure(true);
-        let ok = Classify::<(), Status>::classify(&default, Ok(&()));
+        let ok = Classify::<(), Status>::classify(&default, Ok(&())).at_head();
         assert_eq!(ok.outcome(), Outcome::Success);
         for (code, by_default, when_strict) in [
             (Code::Ok, Outcome::Success, Outcome::Success),

@@ -67,7 +67,7 @@ pub async fn work(
                 let result = client
                     .request(upstream.request(&format!("/items/{item}")))
                     .await;
-                let verdict = classifier.classify(result.as_ref());
+                let verdict = classifier.classify(result.as_ref()).at_head();
                 let served = result.is_ok_and(|response| response.status().is_success());
                 permit.finish(verdict);
                 if served {

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::body::BreakerBody;
-use tower_circuit_breaker::classify::{BodyEnds, StreamingHttp};
+use tower_circuit_breaker::classify::{StreamingHttp, Verdict};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::{
     Breaker, CircuitBreakerLayer, CircuitOpen, Config, ConfigError, State,
@@ -108,7 +108,7 @@ pub fn breaker() -> Result<Breaker, ConfigError> {
 
 /// The response of a guarded call: its body records the outcome when the
 /// stream ends.
-pub type Streamed = Response<BreakerBody<Incoming, BodyEnds>>;
+pub type Streamed = Response<BreakerBody<Incoming, Verdict>>;
 
 /// The guarded client: a streaming breaker over hyper-util's client, whose
 /// errors become `BoxError` so that they can hold the breaker's refusal.
@@ -118,7 +118,7 @@ pub fn client(
     let client: Client<HttpConnector, Empty<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     ServiceBuilder::new()
-        .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).streaming(StreamingHttp::new()))
+        .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).classify(StreamingHttp::new()))
         .map_err(BoxError::from)
         .service(client)
 }

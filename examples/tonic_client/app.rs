@@ -33,11 +33,10 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::server::{HealthReporter, HealthService};
 use tower::util::MapErr;
 use tower::{BoxError, Layer, Service, ServiceBuilder};
-use tower_circuit_breaker::body::StreamingBreaker;
 use tower_circuit_breaker::classify::GrpcClassifier;
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::{
-    Breaker, CircuitBreakerLayer, CircuitOpen, Config, ConfigError, State,
+    Breaker, CircuitBreaker, CircuitBreakerLayer, CircuitOpen, Config, ConfigError, State,
 };
 
 use super::demo::wait_out_cooldown;
@@ -175,7 +174,7 @@ pub fn breaker() -> Result<Breaker, ConfigError> {
 /// `tonic::Status` (UNAVAILABLE for a refused connection), the error type
 /// the breaker's refusal converts into (`From<CircuitOpen> for Status`).
 pub type GuardedChannel =
-    StreamingBreaker<MapErr<Channel, fn(tonic::transport::Error) -> Status>, GrpcClassifier>;
+    CircuitBreaker<MapErr<Channel, fn(tonic::transport::Error) -> Status>, GrpcClassifier>;
 
 /// A generated client on a channel to `addr`, behind `breaker`, which
 /// judges each RPC by its `grpc-status` (in the head of a trailers-only
@@ -187,7 +186,7 @@ pub fn client(
     let channel = Endpoint::from_shared(format!("http://{addr}"))?.connect_lazy();
     let to_status: fn(tonic::transport::Error) -> Status = |err| Status::from_error(Box::new(err));
     let guarded = ServiceBuilder::new()
-        .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).streaming(GrpcClassifier::new()))
+        .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).classify(GrpcClassifier::new()))
         .map_err(to_status)
         .service(channel);
     Ok(HealthClient::new(guarded))

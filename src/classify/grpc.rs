@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Response};
 
-use super::stream::{Classified, ClassifyEos, ClassifyResponse};
-use super::{HttpClassifier, Outcome, Verdict};
+use super::{Classified, Classify, ClassifyEos, HttpClassifier, Outcome, Verdict};
 
 /// Classifies gRPC responses by their `grpc-status`:
 ///
@@ -27,7 +26,7 @@ use super::{HttpClassifier, Outcome, Verdict};
 /// use tower_circuit_breaker::{classify::GrpcClassifier, CircuitBreakerLayer, Config};
 ///
 /// let layer = CircuitBreakerLayer::new(Config::default())
-///     .streaming(GrpcClassifier::new().internal_is_failure(true));
+///     .classify(GrpcClassifier::new().internal_is_failure(true));
 /// # let _ = layer;
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -113,10 +112,10 @@ impl ClassifyEos for GrpcEos {
     }
 }
 
-impl<B, E> ClassifyResponse<B, E> for GrpcClassifier {
+impl<B, E> Classify<Response<B>, E> for GrpcClassifier {
     type Eos = GrpcEos;
 
-    fn classify_response(&self, result: Result<&Response<B>, &E>) -> Classified<GrpcEos> {
+    fn classify(&self, result: Result<&Response<B>, &E>) -> Classified<GrpcEos> {
         let response = match result {
             Ok(response) if response.status() == http::StatusCode::OK => response,
             other => {
@@ -125,7 +124,9 @@ impl<B, E> ClassifyResponse<B, E> for GrpcClassifier {
                 } else {
                     HttpClassifier::new()
                 };
-                return Classified::Ready(super::Classify::classify(&http, other));
+                return Classify::<Response<B>, E>::classify(&http, other)
+                    .at_head()
+                    .into();
             }
         };
         match grpc_status(response.headers()) {

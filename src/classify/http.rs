@@ -4,7 +4,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{header::RETRY_AFTER, HeaderValue, Response, StatusCode};
 
-use super::{Classify, Outcome, Verdict};
+use std::convert::Infallible;
+
+use super::{Classified, Classify, Outcome, Verdict};
 
 /// Classifies `http::Response`s by status, the way a model-provider client
 /// wants:
@@ -33,12 +35,12 @@ use super::{Classify, Outcome, Verdict};
 ///     .header("retry-after", "120")
 ///     .body(())
 ///     .unwrap();
-/// let verdict = Classify::<_, ()>::classify(&HttpClassifier::new(), Ok(&res));
+/// let verdict = Classify::<_, ()>::classify(&HttpClassifier::new(), Ok(&res)).at_head();
 /// assert_eq!(verdict.outcome(), Outcome::Failure);
 /// assert_eq!(verdict.retry_after(), Some(Duration::from_secs(120)));
 ///
 /// let status_only = HttpClassifier::new().ignore_retry_after();
-/// let verdict = Classify::<_, ()>::classify(&status_only, Ok(&res));
+/// let verdict = Classify::<_, ()>::classify(&status_only, Ok(&res)).at_head();
 /// assert_eq!(verdict.outcome(), Outcome::Failure);
 /// assert_eq!(verdict.retry_after(), None);
 /// ```
@@ -80,7 +82,16 @@ impl HttpClassifier {
 }
 
 impl<B, E> Classify<Response<B>, E> for HttpClassifier {
-    fn classify(&self, result: Result<&Response<B>, &E>) -> Verdict {
+    type Eos = Infallible;
+
+    fn classify(&self, result: Result<&Response<B>, &E>) -> Classified<Infallible> {
+        Classified::Ready(self.verdict(result))
+    }
+}
+
+impl HttpClassifier {
+    /// The verdict on a response, or on the error in its place.
+    fn verdict<B, E>(&self, result: Result<&Response<B>, &E>) -> Verdict {
         let response = match result {
             Ok(response) => response,
             Err(_) => return Verdict::new(Outcome::Failure),
@@ -121,7 +132,7 @@ pub(crate) fn warn_if_grpc<B>(response: &Response<B>) {
             "a circuit breaker judging by HTTP status sees a gRPC response \
              (content-type application/grpc): gRPC failures answer 200 with the \
              status in `grpc-status`, so they count as successes and the breaker \
-             never opens; classify with `CircuitBreakerLayer::streaming(GrpcClassifier::new())`"
+             never opens; classify with `CircuitBreakerLayer::classify(GrpcClassifier::new())`"
         );
     }
 }

@@ -1,6 +1,6 @@
 //! tower-http's classifiers as this crate's (feature `tower-http`): use
 //! `ServerErrorsAsFailures`, `GrpcErrorsAsFailures`, or a classifier of your
-//! own written for tower-http, with a streaming breaker.
+//! own written for tower-http, with a breaker.
 
 use std::fmt;
 
@@ -9,11 +9,10 @@ use tower_http::classify::{
     ClassifiedResponse, ClassifyEos as TowerHttpEos, ClassifyResponse as TowerHttpResponse,
 };
 
-use super::stream::{Classified, ClassifyEos, ClassifyResponse};
-use super::{Outcome, Verdict};
+use super::{Classified, Classify, ClassifyEos, Outcome, Verdict};
 
-/// A tower-http classifier, judging for a streaming breaker
-/// ([`CircuitBreakerLayer::streaming`](crate::CircuitBreakerLayer::streaming)): a response or error
+/// A tower-http classifier, judging for a breaker
+/// ([`CircuitBreakerLayer::classify`](crate::CircuitBreakerLayer::classify)): a response or error
 /// it classifies as a failure is a failure, anything else a success (tower-
 /// http has no "ignore": a 4xx is a success to `ServerErrorsAsFailures`),
 /// and a classification it defers to the end of the stream is made there.
@@ -23,7 +22,7 @@ use super::{Outcome, Verdict};
 /// use tower_http::classify::GrpcErrorsAsFailures;
 ///
 /// let layer = CircuitBreakerLayer::new(Config::default())
-///     .streaming(TowerHttp(GrpcErrorsAsFailures::new()));
+///     .classify(TowerHttp(GrpcErrorsAsFailures::new()));
 /// # let _ = layer;
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
@@ -40,7 +39,7 @@ fn verdict<F>(result: Result<(), F>) -> Verdict {
     })
 }
 
-impl<C, B, E> ClassifyResponse<B, E> for TowerHttp<C>
+impl<C, B, E> Classify<Response<B>, E> for TowerHttp<C>
 where
     C: TowerHttpResponse + Clone,
     C::ClassifyEos: Send + 'static,
@@ -48,7 +47,7 @@ where
 {
     type Eos = TowerHttpEosOf<C::ClassifyEos>;
 
-    fn classify_response(&self, result: Result<&Response<B>, &E>) -> Classified<Self::Eos> {
+    fn classify(&self, result: Result<&Response<B>, &E>) -> Classified<Self::Eos> {
         match result {
             Ok(response) => match self.0.clone().classify_response(response) {
                 ClassifiedResponse::Ready(result) => Classified::Ready(verdict(result)),

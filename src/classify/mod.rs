@@ -20,7 +20,7 @@
 //!     Err(ApiError::BadRequest) => Outcome::Ignore,
 //!     Err(_) => Outcome::Failure,
 //! };
-//! let verdict = classify.classify(Err(&ApiError::BadRequest));
+//! let verdict = classify.classify(Err(&ApiError::BadRequest)).at_head();
 //! assert_eq!(verdict.outcome(), Outcome::Ignore);
 //! ```
 
@@ -34,7 +34,10 @@ mod stream;
 #[cfg(feature = "tonic")]
 pub(crate) mod tonic;
 
+use std::convert::Infallible;
 use std::error::Error;
+
+use ::http::HeaderMap;
 
 pub use self::http::{parse_retry_after, HttpClassifier};
 pub use crate::outcome::{Outcome, Verdict};
@@ -46,16 +49,59 @@ pub use grpc::{grpc_status, parse_pushback, GrpcClassifier, GrpcEos};
 pub use interop::{TowerHttp, TowerHttpEosOf};
 #[cfg(feature = "http-body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http-body")))]
-pub use stream::{BodyEnds, Classified, ClassifyEos, ClassifyResponse, StreamingHttp};
+pub use stream::StreamingHttp;
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub use tonic::TonicClassifier;
 
-/// Decides how a call's result counts. Implemented by closures
-/// `Fn(Result<&T, &E>) -> impl Into<Verdict>`.
+/// Decides how a call's result counts: at once, or at the end of the
+/// response's body.
+///
+/// Most classifiers judge the result as it arrives (a status, an error):
+/// their [`Eos`](Classify::Eos) is [`Infallible`], and
+/// [`classify`](Classify::classify) always answers
+/// [`Classified::Ready`]. Closures `Fn(Result<&T, &E>) -> impl Into<Verdict>`
+/// are such classifiers.
+///
+/// A classifier of `http::Response`s may instead defer to the end of the
+/// body (a stream of server-sent events, a gRPC call whose status comes in
+/// the trailers): it answers [`Classified::AtEndOfStream`] with its
+/// [`ClassifyEos`], and the breaker hands the caller the response with its
+/// body wrapped (feature `http-body`), recording the outcome when the body
+/// ends. The classifier itself says which, as tower-http's `Trace` asks of
+/// its classifiers: one breaker, whichever way its calls are judged.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use tower_circuit_breaker::classify::{Classified, Classify, Outcome, Verdict};
+///
+/// /// Only timeouts count: the upstream is known to refuse loudly.
+/// #[derive(Clone)]
+/// struct TimeoutsOnly;
+///
+/// impl<T> Classify<T, tower::BoxError> for TimeoutsOnly {
+///     type Eos = Infallible;
+///
+///     fn classify(&self, result: Result<&T, &tower::BoxError>) -> Classified<Infallible> {
+///         match result {
+///             Err(e) if tower_circuit_breaker::classify::is_timeout(e.as_ref()) => Outcome::Failure.into(),
+///             Err(_) => Outcome::Ignore.into(),
+///             Ok(_) => Verdict::new(Outcome::Success).into(),
+///         }
+///     }
+/// }
+/// let err: tower::BoxError = tower::timeout::error::Elapsed::new().into();
+/// assert_eq!(Classify::<(), _>::classify(&TimeoutsOnly, Err(&err)).at_head().outcome(), Outcome::Failure);
+/// ```
 pub trait Classify<T, E> {
-    /// Classifies one result.
-    fn classify(&self, result: Result<&T, &E>) -> Verdict;
+    /// Judges the end of the response's body when
+    /// [`classify`](Classify::classify) defers to it: a [`ClassifyEos`];
+    /// [`Infallible`] for a classifier whose verdict always comes with the
+    /// result.
+    type Eos;
+
+    /// Classifies one result: the verdict, or the judge of its body's end.
+    fn classify(&self, result: Result<&T, &E>) -> Classified<Self::Eos>;
 }
 
 impl<F, T, E, V> Classify<T, E> for F
@@ -63,8 +109,77 @@ where
     F: Fn(Result<&T, &E>) -> V,
     V: Into<Verdict>,
 {
-    fn classify(&self, result: Result<&T, &E>) -> Verdict {
-        self(result).into()
+    type Eos = Infallible;
+
+    #[inline]
+    fn classify(&self, result: Result<&T, &E>) -> Classified<Infallible> {
+        Classified::Ready(self(result).into())
+    }
+}
+
+/// What a [`Classify`] decided about a result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Classified<Eos> {
+    /// The verdict is known now (a 503, a refused connection, a
+    /// trailers-only gRPC error, any result of a classifier that never
+    /// defers).
+    Ready(Verdict),
+    /// It depends on how the response's body ends: `Eos` judges then.
+    AtEndOfStream(Eos),
+}
+
+impl<Eos> Classified<Eos> {
+    /// The verdict as far as the result alone tells: a call deferred to
+    /// its body's end has succeeded so far.
+    pub fn at_head(&self) -> Verdict {
+        match self {
+            Classified::Ready(verdict) => *verdict,
+            Classified::AtEndOfStream(_) => Verdict::new(Outcome::Success),
+        }
+    }
+}
+
+impl<Eos> From<Verdict> for Classified<Eos> {
+    fn from(verdict: Verdict) -> Self {
+        Classified::Ready(verdict)
+    }
+}
+
+impl<Eos> From<Outcome> for Classified<Eos> {
+    fn from(outcome: Outcome) -> Self {
+        Classified::Ready(Verdict::new(outcome))
+    }
+}
+
+/// Judges a streamed body when it ends, for a [`Classify`] that deferred
+/// to it.
+///
+/// A body that ends (all data read, trailers included) is judged by
+/// [`classify_eos`](ClassifyEos::classify_eos); one that fails midway by
+/// [`classify_body_error`](ClassifyEos::classify_body_error) (a failure by
+/// default). A body dropped before its end (the caller walked away) counts
+/// as cancelled, neither way. A panic here, or in the body, counts as a
+/// failure and is resumed to the body's reader.
+///
+/// A [`Verdict`] is the simplest judge: the verdict it holds, given when
+/// the body ends ([`StreamingHttp`] defers to a success that way).
+pub trait ClassifyEos: Send + 'static {
+    /// The body ended; `trailers` are its trailers, if any.
+    fn classify_eos(self, trailers: Option<&HeaderMap>) -> Verdict;
+
+    /// The body failed before its end.
+    fn classify_body_error(self) -> Verdict
+    where
+        Self: Sized,
+    {
+        Verdict::new(Outcome::Failure)
+    }
+}
+
+impl ClassifyEos for Verdict {
+    /// The body ended well: the verdict deferred to it.
+    fn classify_eos(self, _: Option<&HeaderMap>) -> Verdict {
+        self
     }
 }
 
@@ -74,18 +189,21 @@ where
 /// use tower_circuit_breaker::classify::{Classify, ErrorsAsFailures, Outcome};
 ///
 /// let c = ErrorsAsFailures;
-/// assert_eq!(Classify::<u8, ()>::classify(&c, Ok(&1)).outcome(), Outcome::Success);
-/// assert_eq!(Classify::<u8, ()>::classify(&c, Err(&())).outcome(), Outcome::Failure);
+/// assert_eq!(Classify::<u8, ()>::classify(&c, Ok(&1)).at_head().outcome(), Outcome::Success);
+/// assert_eq!(Classify::<u8, ()>::classify(&c, Err(&())).at_head().outcome(), Outcome::Failure);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ErrorsAsFailures;
 
 impl<T, E> Classify<T, E> for ErrorsAsFailures {
-    fn classify(&self, result: Result<&T, &E>) -> Verdict {
-        match result {
-            Ok(_) => Verdict::new(Outcome::Success),
-            Err(_) => Verdict::new(Outcome::Failure),
-        }
+    type Eos = Infallible;
+
+    #[inline]
+    fn classify(&self, result: Result<&T, &E>) -> Classified<Infallible> {
+        Classified::Ready(Verdict::new(match result {
+            Ok(_) => Outcome::Success,
+            Err(_) => Outcome::Failure,
+        }))
     }
 }
 

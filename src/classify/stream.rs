@@ -1,51 +1,10 @@
-//! Classification at the end of a stream (feature `http-body`): for
-//! responses whose outcome is only known once the body has been read
-//! through, such as server-sent events and gRPC.
+//! HTTP with streamed bodies (feature `http-body`): responses whose outcome
+//! is only known once the body has been read through, such as server-sent
+//! events.
 
-use http::{HeaderMap, Response};
+use http::Response;
 
-use super::{HttpClassifier, Outcome, Verdict};
-
-/// Decides about an `http::Response` when its head arrives: now, or at the
-/// end of its body. In the spirit of `tower-http`'s `ClassifyResponse`.
-pub trait ClassifyResponse<B, E> {
-    /// Decides at the end of the body.
-    type Eos: ClassifyEos;
-
-    /// Classifies the head, or the error in place of a response.
-    fn classify_response(&self, result: Result<&Response<B>, &E>) -> Classified<Self::Eos>;
-}
-
-/// What [`ClassifyResponse`] decided about a response head.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Classified<Eos> {
-    /// The verdict is known now (a 503, a refused connection, a
-    /// trailers-only gRPC error).
-    Ready(Verdict),
-    /// It depends on how the body ends.
-    AtEndOfStream(Eos),
-}
-
-/// Decides about a streamed body when it ends.
-///
-/// A body that ends (all data read, trailers included) is judged by
-/// [`classify_eos`](ClassifyEos::classify_eos); one that fails midway by
-/// [`classify_body_error`](ClassifyEos::classify_body_error) (a failure by
-/// default). A body dropped before its end (the caller walked away) counts
-/// as ignored. A panic here, or in the body, counts as a failure and is
-/// resumed to the body's reader.
-pub trait ClassifyEos: Send + 'static {
-    /// The body ended; `trailers` are its trailers, if any.
-    fn classify_eos(self, trailers: Option<&HeaderMap>) -> Verdict;
-
-    /// The body failed before its end.
-    fn classify_body_error(self) -> Verdict
-    where
-        Self: Sized,
-    {
-        Verdict::new(Outcome::Failure)
-    }
-}
+use super::{Classified, Classify, HttpClassifier, Outcome, Verdict};
 
 /// HTTP with streamed bodies (server-sent events, chunked completions):
 /// statuses are judged as [`HttpClassifier`] does, at once; a response that
@@ -54,10 +13,10 @@ pub trait ClassifyEos: Send + 'static {
 /// ```
 /// use tower_circuit_breaker::{classify::StreamingHttp, CircuitBreakerLayer, Config};
 ///
-/// let layer = CircuitBreakerLayer::new(Config::default()).streaming(StreamingHttp::new());
+/// let layer = CircuitBreakerLayer::new(Config::default()).classify(StreamingHttp::new());
 /// // Or, for an upstream whose `Retry-After` is not to be trusted:
 /// let layer = CircuitBreakerLayer::new(Config::default())
-///     .streaming(StreamingHttp::new().ignore_retry_after());
+///     .classify(StreamingHttp::new().ignore_retry_after());
 /// # let _ = layer;
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -82,24 +41,14 @@ impl StreamingHttp {
     }
 }
 
-/// End of stream for [`StreamingHttp`]: the body ended, so the call
-/// succeeded.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BodyEnds;
+impl<B, E> Classify<Response<B>, E> for StreamingHttp {
+    /// A success, given when the body ends well.
+    type Eos = Verdict;
 
-impl ClassifyEos for BodyEnds {
-    fn classify_eos(self, _: Option<&HeaderMap>) -> Verdict {
-        Verdict::new(Outcome::Success)
-    }
-}
-
-impl<B, E> ClassifyResponse<B, E> for StreamingHttp {
-    type Eos = BodyEnds;
-
-    fn classify_response(&self, result: Result<&Response<B>, &E>) -> Classified<BodyEnds> {
-        let verdict = super::Classify::classify(&self.head, result);
+    fn classify(&self, result: Result<&Response<B>, &E>) -> Classified<Verdict> {
+        let verdict = Classify::<Response<B>, E>::classify(&self.head, result).at_head();
         match verdict.outcome() {
-            Outcome::Success => Classified::AtEndOfStream(BodyEnds),
+            Outcome::Success => Classified::AtEndOfStream(verdict),
             _ => Classified::Ready(verdict),
         }
     }

@@ -3,7 +3,9 @@
 
 use tonic::{Code, Status};
 
-use super::{Classify, GrpcClassifier, Verdict};
+use std::convert::Infallible;
+
+use super::{Classified, Classify, GrpcClassifier};
 
 /// The metadata key of a gRPC retry pushback (gRFC A6).
 pub(crate) const PUSHBACK: &str = "grpc-retry-pushback-ms";
@@ -36,12 +38,12 @@ pub(crate) const PUSHBACK: &str = "grpc-retry-pushback-ms";
 /// let mut overloaded = Status::resource_exhausted("slow down");
 /// overloaded.metadata_mut().insert("grpc-retry-pushback-ms", "1500".parse().unwrap());
 ///
-/// let verdict = Classify::<(), _>::classify(&TonicClassifier::new(), Err(&overloaded));
+/// let verdict = Classify::<(), _>::classify(&TonicClassifier::new(), Err(&overloaded)).at_head();
 /// assert_eq!(verdict.outcome(), Outcome::Failure);
 /// assert_eq!(verdict.retry_after(), Some(Duration::from_millis(1500)));
 ///
 /// let bad_request = Status::invalid_argument("no such model");
-/// let verdict = Classify::<(), _>::classify(&TonicClassifier::new(), Err(&bad_request));
+/// let verdict = Classify::<(), _>::classify(&TonicClassifier::new(), Err(&bad_request)).at_head();
 /// assert_eq!(verdict.outcome(), Outcome::Ignore);
 /// ```
 ///
@@ -98,13 +100,15 @@ impl TonicClassifier {
 }
 
 impl<T> Classify<T, Status> for TonicClassifier {
-    fn classify(&self, result: Result<&T, &Status>) -> Verdict {
-        match result {
+    type Eos = Infallible;
+
+    fn classify(&self, result: Result<&T, &Status>) -> Classified<Infallible> {
+        Classified::Ready(match result {
             Ok(_) => self.codes.verdict(Some(Code::Ok as u32), None),
             Err(status) => self.codes.verdict(
                 Some(status.code() as u32),
                 status.metadata().as_ref().get(PUSHBACK),
             ),
-        }
+        })
     }
 }

@@ -5,31 +5,35 @@ use std::mem;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tower::BoxError;
 use tower_service::Service;
 
+use super::candidate::Candidate;
 use super::error::{Exhausted, Reason, Unavailable};
 use super::{Settings, Shared};
 use crate::classify::{Classify, Outcome};
 use crate::millis::millis;
-use crate::{CircuitBreaker, CircuitOpen, State};
+use crate::{Breaker, CircuitOpen, State};
 
 /// Where the walk down the chain is.
-enum Step<S, BC> {
+enum Step<T, I> {
     /// Look at the next candidate.
     Choose,
     /// Waiting for candidate `index`'s copy to be ready.
     Ready {
         index: usize,
-        copy: CircuitBreaker<S, BC>,
+        breaker: Breaker,
+        copy: T,
     },
-    /// Candidate `index` was called; `call` holds its response future.
-    Called { index: usize },
+    /// Candidate `index` was called through `breaker` (the request's own
+    /// there); `call` holds its response future.
+    Called { index: usize, breaker: Breaker },
     /// Every candidate is open: waiting for the soonest one's (`index`)
     /// inner service.
-    LastResortReady { index: usize, inner: S },
+    LastResortReady { index: usize, inner: I },
     /// The last resort was called; `last_resort` holds its future.
     LastResortCalled,
     /// The output has been returned.
@@ -41,11 +45,11 @@ pin_project! {
     ///
     /// Dropping it cancels the attempt in flight; a probe permit that attempt
     /// holds goes back with it.
-    pub struct ResponseFuture<S, BC, C, Req>
+    pub struct ResponseFuture<T, C, Req>
     where
-        S: Service<Req>,
+        T: Candidate<Req>,
     {
-        shared: Arc<Shared<S, BC>>,
+        shared: Arc<Shared<T>>,
         classifier: C,
         request: Req,
         settings: Settings,
@@ -53,20 +57,20 @@ pin_project! {
         next: usize,
         attempts: usize,
         reasons: Vec<Unavailable>,
-        step: Step<S, BC>,
+        step: Step<T, T::Inner>,
         #[pin]
-        call: Option<crate::future::ResponseFuture<S::Future, BC>>,
+        call: Option<T::Future>,
         #[pin]
-        last_resort: Option<S::Future>,
+        last_resort: Option<<T::Inner as Service<Req>>::Future>,
     }
 }
 
-impl<S, BC, C, Req> ResponseFuture<S, BC, C, Req>
+impl<T, C, Req> ResponseFuture<T, C, Req>
 where
-    S: Service<Req>,
+    T: Candidate<Req>,
 {
     pub(crate) fn new(
-        shared: Arc<Shared<S, BC>>,
+        shared: Arc<Shared<T>>,
         classifier: C,
         request: Req,
         settings: Settings,
@@ -86,15 +90,55 @@ where
     }
 }
 
-impl<S, BC, C, Req> Future for ResponseFuture<S, BC, C, Req>
+/// Whether `breaker` refuses calls on its own: open (unless in shadow
+/// mode, which never refuses) or held open by an operator (which holds even
+/// then).
+fn refuses(breaker: &Breaker, state: State) -> bool {
+    match state {
+        State::Open => !breaker.is_shadow(),
+        State::ForcedOpen => true,
+        _ => false,
+    }
+}
+
+/// Why a request cannot go through `breakers` (a key's and its parent's),
+/// if one of them is open: the state of the one that holds longest (an
+/// operator's isolation, with no end, over any open period), and when both
+/// will let it through.
+fn closed_to(breakers: &(Breaker, Option<Breaker>)) -> Option<(State, Option<Duration>, String)> {
+    let (child, parent) = breakers;
+    let mut found: Option<(State, Option<Duration>, String)> = None;
+    for breaker in std::iter::once(child).chain(parent) {
+        let state = breaker.state();
+        if !refuses(breaker, state) {
+            continue;
+        }
+        // Read after the state: if the period ended in between, there is
+        // nothing left to wait.
+        let retry_after = match state {
+            State::Open => Some(breaker.retry_after().unwrap_or_default()),
+            _ => None,
+        };
+        let holds_longer = match &found {
+            None => true,
+            Some((_, None, _)) => false,
+            Some((_, Some(seen), _)) => retry_after.is_none_or(|after| after > *seen),
+        };
+        if holds_longer {
+            found = Some((state, retry_after, breaker.name().to_string()));
+        }
+    }
+    found
+}
+
+impl<T, C, Req> Future for ResponseFuture<T, C, Req>
 where
-    S: Service<Req> + Clone,
-    S::Error: From<CircuitOpen> + Into<BoxError>,
-    BC: Classify<S::Response, S::Error> + Clone,
-    C: Classify<S::Response, S::Error>,
+    T: Candidate<Req>,
+    T::Error: Into<BoxError>,
+    C: Classify<T::Response, T::Error>,
     Req: Clone,
 {
-    type Output = Result<S::Response, BoxError>;
+    type Output = Result<T::Response, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -102,63 +146,69 @@ where
             match this.step {
                 Step::Choose => {
                     let index = *this.next;
-                    let Some(candidate) = this.shared.candidates.get(index) else {
+                    if index >= this.shared.len() {
                         // Every candidate has been looked at.
-                        let chosen = last_resort(this.shared, this.reasons, *this.settings);
+                        let chosen = last_resort(this.reasons, *this.settings);
                         if let Some((index, copy)) =
                             chosen.and_then(|index| Some((index, this.shared.take(index)?)))
                         {
-                            // Around the breaker: its inner service, directly.
-                            let inner = copy.get_ref().clone();
+                            // Around the breakers: the inner service, directly.
+                            let inner = copy.inner().clone();
                             this.shared.give_back(index, copy);
                             *this.step = Step::LastResortReady { index, inner };
                             continue;
                         }
                         *this.step = Step::Done;
                         return Poll::Ready(Err(exhausted(this.reasons)));
-                    };
+                    }
                     *this.next += 1;
-                    let breaker = &candidate.breaker;
-                    let state = breaker.state();
-                    // A breaker in shadow mode never refuses on its own, so
-                    // it is called; an operator's isolation holds even then.
-                    let open = match state {
-                        State::Open => !breaker.is_shadow(),
-                        State::ForcedOpen => true,
-                        _ => false,
+                    let Some(copy) = this.shared.take(index) else {
+                        continue;
                     };
-                    if open {
-                        // Read after the state: if the period ended in
-                        // between, there is nothing left to wait.
-                        let retry_after = match state {
-                            State::Open => Some(breaker.retry_after().unwrap_or_default()),
-                            _ => None,
-                        };
+                    let breakers = match copy.breakers_for(this.request) {
+                        Ok(breakers) => breakers,
+                        Err(full) => {
+                            this.shared.give_back(index, copy);
+                            tracing::info!(
+                                candidate = index,
+                                reason = %full,
+                                "failover: candidate has no breaker for the request; moving on"
+                            );
+                            let reason = Reason::failed(Some(full.into()), None);
+                            this.reasons.push(Unavailable::new(index, "", reason));
+                            continue;
+                        }
+                    };
+                    let name: Arc<str> = Arc::from(breakers.0.name());
+                    if let Some((state, retry_after, by)) = closed_to(&breakers) {
+                        this.shared.give_back(index, copy);
                         tracing::debug!(
                             candidate = index,
-                            breaker = %candidate.name,
+                            breaker = %name,
+                            held_by = %by,
                             state = ?state,
                             retry_after_ms = retry_after.map(millis),
                             reason = "open",
                             "failover: skipping an open candidate without calling it"
                         );
                         let reason = Reason::Open { state, retry_after };
-                        this.reasons
-                            .push(Unavailable::new(index, candidate.name.clone(), reason));
+                        this.reasons.push(Unavailable::new(index, name, reason));
                         continue;
                     }
                     if *this.attempts >= this.settings.max_attempts {
+                        this.shared.give_back(index, copy);
                         let reason = Reason::NotTried;
-                        this.reasons
-                            .push(Unavailable::new(index, candidate.name.clone(), reason));
+                        this.reasons.push(Unavailable::new(index, name, reason));
                         continue;
                     }
-                    match this.shared.take(index) {
-                        Some(copy) => *this.step = Step::Ready { index, copy },
-                        None => continue,
-                    }
+                    let breaker = breakers.0;
+                    *this.step = Step::Ready {
+                        index,
+                        breaker,
+                        copy,
+                    };
                 }
-                Step::Ready { index, copy } => {
+                Step::Ready { index, copy, .. } => {
                     let index = *index;
                     match copy.poll_ready(cx) {
                         Poll::Pending => return Poll::Pending,
@@ -166,26 +216,28 @@ where
                             let future = copy.call(this.request.clone());
                             this.call.set(Some(future));
                             // Called: the copy holds no reservation any more.
-                            if let Step::Ready { copy, .. } =
-                                mem::replace(this.step, Step::Called { index })
-                            {
+                            let step = mem::replace(this.step, Step::Choose);
+                            if let Step::Ready { copy, breaker, .. } = step {
                                 this.shared.give_back(index, copy);
+                                *this.step = Step::Called { index, breaker };
                             }
                         }
                         Poll::Ready(Err(error)) => {
                             // A service whose `poll_ready` failed is done for:
                             // this copy is dropped, not given back.
-                            *this.step = Step::Choose;
+                            let step = mem::replace(this.step, Step::Choose);
                             *this.attempts += 1;
                             let reason = Reason::Failed {
                                 error: Some(error.into()),
                                 retry_after: None,
                             };
-                            fall_back(this.shared, this.reasons, index, reason);
+                            if let Step::Ready { breaker, .. } = step {
+                                fall_back(this.reasons, index, &breaker, reason);
+                            }
                         }
                     }
                 }
-                Step::Called { index } => {
+                Step::Called { index, .. } => {
                     let index = *index;
                     let Some(future) = this.call.as_mut().as_pin_mut() else {
                         *this.step = Step::Choose;
@@ -196,8 +248,10 @@ where
                         Poll::Ready(result) => result,
                     };
                     this.call.set(None);
-                    *this.step = Step::Choose;
-                    let verdict = this.classifier.classify(result.as_ref());
+                    let Step::Called { breaker, .. } = mem::replace(this.step, Step::Choose) else {
+                        unreachable!("the step was just matched");
+                    };
+                    let verdict = this.classifier.classify(result.as_ref()).at_head();
                     let response = match result {
                         Ok(response) => Ok(response),
                         Err(error) => {
@@ -213,7 +267,7 @@ where
                                     state: open.state(),
                                     retry_after,
                                 };
-                                fall_back(this.shared, this.reasons, index, reason);
+                                fall_back(this.reasons, index, &breaker, reason);
                                 continue;
                             }
                             Err(error)
@@ -225,7 +279,7 @@ where
                             error: response.err(),
                             retry_after: verdict.retry_after(),
                         };
-                        fall_back(this.shared, this.reasons, index, reason);
+                        fall_back(this.reasons, index, &breaker, reason);
                         continue;
                     }
                     // A success, or an ignored outcome (the request itself
@@ -238,11 +292,15 @@ where
                     Poll::Ready(Ok(())) => {
                         // An operator may have isolated it while it became
                         // ready: an isolated candidate is never called.
-                        let isolated = this
-                            .shared
-                            .candidates
-                            .get(*index)
-                            .is_some_and(|c| c.breaker.state() == State::ForcedOpen);
+                        let isolated = this.shared.take(*index).is_none_or(|copy| {
+                            let breakers = copy.breakers_for(this.request);
+                            this.shared.give_back(*index, copy);
+                            breakers.map_or(true, |(child, parent)| {
+                                std::iter::once(&child)
+                                    .chain(&parent)
+                                    .any(|b| b.state() == State::ForcedOpen)
+                            })
+                        });
                         if isolated {
                             *this.step = Step::Done;
                             return Poll::Ready(Err(exhausted(this.reasons)));
@@ -267,7 +325,7 @@ where
                     };
                     this.last_resort.set(None);
                     *this.step = Step::Done;
-                    return Poll::Ready(result.map_err(Into::into));
+                    return Poll::Ready(result.map(T::around).map_err(Into::into));
                 }
                 Step::Done => panic!("failover ResponseFuture polled after completion"),
             }
@@ -286,21 +344,15 @@ fn exhausted(reasons: &mut Vec<Unavailable>) -> BoxError {
     exhausted.into()
 }
 
-/// Records why candidate `index` gave no answer, and says so.
-fn fall_back<S, BC>(
-    shared: &Shared<S, BC>,
-    reasons: &mut Vec<Unavailable>,
-    index: usize,
-    reason: Reason,
-) {
-    let Some(candidate) = shared.candidates.get(index) else {
-        return;
-    };
-    let state = candidate.breaker.state();
+/// Records why candidate `index` (whose breaker for the request is
+/// `breaker`) gave no answer, and says so.
+fn fall_back(reasons: &mut Vec<Unavailable>, index: usize, breaker: &Breaker, reason: Reason) {
+    let name = breaker.name();
+    let state = breaker.state();
     match &reason {
         Reason::Open { retry_after, .. } => tracing::debug!(
             candidate = index,
-            breaker = %candidate.name,
+            breaker = %name,
             state = ?state,
             retry_after_ms = retry_after.map(millis),
             reason = %reason,
@@ -308,22 +360,18 @@ fn fall_back<S, BC>(
         ),
         _ => tracing::info!(
             candidate = index,
-            breaker = %candidate.name,
+            breaker = %name,
             state = ?state,
             reason = %reason,
             "failover: candidate failed; moving on"
         ),
     }
-    reasons.push(Unavailable::new(index, candidate.name.clone(), reason));
+    reasons.push(Unavailable::new(index, name, reason));
 }
 
 /// The candidate to call as a last resort, if it is enabled and every
 /// candidate was open: the one whose retry-after ends soonest.
-fn last_resort<S, BC>(
-    shared: &Shared<S, BC>,
-    reasons: &[Unavailable],
-    settings: Settings,
-) -> Option<usize> {
+fn last_resort(reasons: &[Unavailable], settings: Settings) -> Option<usize> {
     if !settings.last_resort
         || reasons.is_empty()
         || !reasons
@@ -332,24 +380,22 @@ fn last_resort<S, BC>(
     {
         return None;
     }
-    let (index, retry_after) = reasons
+    let (index, name, retry_after) = reasons
         .iter()
         .filter_map(|r| match r.reason() {
             Reason::Open {
                 retry_after: Some(after),
                 ..
-            } => Some((r.index(), *after)),
+            } => Some((r.index(), r.name(), *after)),
             _ => None,
         })
-        .min_by_key(|&(_, after)| after)?;
-    let candidate = shared.candidates.get(index)?;
+        .min_by_key(|&(_, _, after)| after)?;
     tracing::warn!(
         candidate = index,
-        breaker = %candidate.name,
-        state = ?candidate.breaker.state(),
+        breaker = %name,
         retry_after_ms = millis(retry_after),
         reason = "every candidate is open",
-        "failover: last resort: calling the candidate that recovers soonest, around its breaker"
+        "failover: last resort: calling the candidate that recovers soonest, around its breakers"
     );
     Some(index)
 }

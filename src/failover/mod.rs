@@ -20,6 +20,7 @@
 //!
 //! It sits outermost: failover → breaker → retry → timeout → client.
 
+mod candidate;
 mod error;
 mod future;
 
@@ -31,15 +32,26 @@ use tower::BoxError;
 use tower_service::Service;
 
 use crate::classify::{Classify, ErrorsAsFailures};
-use crate::{Breaker, CircuitBreaker, CircuitOpen};
 
+pub use self::candidate::Candidate;
 pub use self::error::{Exhausted, Reason, Unavailable};
 pub use self::future::ResponseFuture;
 
-/// A tower [`Service`] over an ordered list of candidates, each a
-/// [`CircuitBreaker`]: each request goes to the first candidate that
-/// answers it (see the [module docs](self) for every case).
+/// A tower [`Service`] over an ordered list of candidates, each behind its
+/// breakers: each request goes to the first candidate that answers it (see
+/// the [module docs](self) for every case).
 ///
+/// * **A candidate is a breaker service**
+///   ([`CircuitBreaker`](crate::CircuitBreaker), or a
+///   [`KeyedCircuitBreaker`](crate::registry::KeyedCircuitBreaker) whose
+///   request picks its breaker: the request's model picks the (provider,
+///   model) breaker and through it the provider's parent). Before a
+///   candidate is called, the failover reads the state of every breaker the
+///   request would go through there, its key's and the key's parent's: if
+///   any is open or held open, the candidate is skipped **without being
+///   called**, not even made ready. An operator who isolates a provider
+///   (`force_open` on its parent) can count on it: never called, by a last
+///   resort either.
 /// * **Requests must be `Clone`**: each call a request reaches is made with
 ///   a clone of it (the original is kept for the next candidate). Make large
 ///   bodies cheap to clone (`Bytes`, an `Arc`).
@@ -61,13 +73,15 @@ pub use self::future::ResponseFuture;
 ///   failure). Give it the one the breakers use, such as
 ///   [`HttpClassifier`](crate::classify::HttpClassifier), with
 ///   [`classify`](Failover::classify), so a 503 counts as a failure here as
-///   it does there.
+///   it does there. A streamed answer whose head looks fine is an answer:
+///   its body is the caller's, and its end is judged by the candidate's
+///   breakers.
 /// * **At most [`max_attempts`](Failover::max_attempts) calls** per request
 ///   (default: the number of candidates). Skips and refusals by an open
 ///   breaker cost nothing and do not count.
 /// * **Last resort** (off by default, [`last_resort`](Failover::last_resort)):
 ///   when every candidate is open, the one whose retry-after ends soonest is
-///   called anyway, around its breaker.
+///   called anyway, around its breakers.
 ///
 /// Candidates all have one type: wrap different clients in
 /// `tower::util::BoxCloneService` inside their breakers.
@@ -110,9 +124,41 @@ pub use self::future::ResponseFuture;
 /// # }
 /// ```
 ///
+/// Over keyed candidates, one per provider, each request goes through the
+/// breaker of its (provider, model) and the provider's:
+///
+/// ```
+/// use tower::{service_fn, util::BoxCloneService, BoxError, Layer, ServiceExt};
+/// use tower_circuit_breaker::failover::Failover;
+/// use tower_circuit_breaker::registry::{KeyedLayer, Registry};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), BoxError> {
+/// type Provider = BoxCloneService<&'static str, String, BoxError>;
+/// let provider = |name: &'static str| -> Provider {
+///     BoxCloneService::new(service_fn(move |model: &'static str| async move {
+///         Ok::<_, BoxError>(format!("{model} by {name}"))
+///     }))
+/// };
+/// let registry = Registry::<String>::builder()
+///     .parent(|key: &String| key.split_once('/').map(|(provider, _)| provider.to_string()))
+///     .build();
+/// let candidate = |name: &'static str| {
+///     KeyedLayer::new(registry.clone(), move |model: &&'static str| format!("{name}/{model}"))
+///         .layer(provider(name))
+/// };
+/// let chain = Failover::new([candidate("beta"), candidate("alpha")]);
+///
+/// // The operator isolates the provider `beta`: its models are never called.
+/// registry.get(&"beta".to_string())?.force_open(None);
+/// assert_eq!(chain.oneshot("gpt").await?, "gpt by alpha");
+/// # Ok(())
+/// # }
+/// ```
+///
 /// [`Readiness::FailFast`]: crate::Readiness::FailFast
-pub struct Failover<S, BC = ErrorsAsFailures, C = ErrorsAsFailures> {
-    shared: Arc<Shared<S, BC>>,
+pub struct Failover<T, C = ErrorsAsFailures> {
+    shared: Arc<Shared<T>>,
     classifier: C,
     settings: Settings,
 }
@@ -124,24 +170,17 @@ pub(crate) struct Settings {
     pub(crate) last_resort: bool,
 }
 
-/// One link of the chain.
-pub(crate) struct Candidate<S, BC> {
-    pub(crate) name: Arc<str>,
-    pub(crate) breaker: Breaker,
-    /// Copied when a clone of the failover has no idle copy at hand. Behind a
-    /// mutex so that the chain can be shared across threads whatever `S` is
-    /// (`BoxCloneService` is `Send` but not `Sync`).
-    prototype: Mutex<CircuitBreaker<S, BC>>,
-}
-
 /// The chain, shared by every clone of the failover, and this clone's idle
 /// copies of its candidates, shared with its response futures.
-pub(crate) struct Shared<S, BC> {
-    pub(crate) candidates: Arc<[Candidate<S, BC>]>,
+pub(crate) struct Shared<T> {
+    /// Copied when a clone of the failover has no idle copy at hand. Behind
+    /// a mutex so that the chain can be shared across threads whatever the
+    /// candidate is (`BoxCloneService` is `Send` but not `Sync`).
+    prototypes: Arc<[Mutex<T>]>,
     /// One list per candidate, of copies made by this clone that are not in
     /// use. A copy goes back right after its `call`: it never holds a
     /// reservation when it does.
-    idle: Mutex<Vec<Vec<CircuitBreaker<S, BC>>>>,
+    idle: Mutex<Vec<Vec<T>>>,
 }
 
 /// Locks a mutex that never holds user state mid-update: a panic in a
@@ -152,55 +191,46 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl<S, BC> Shared<S, BC> {
-    fn new(candidates: Arc<[Candidate<S, BC>]>) -> Self {
-        let idle = Mutex::new(candidates.iter().map(|_| Vec::new()).collect());
-        Shared { candidates, idle }
+impl<T> Shared<T> {
+    fn new(prototypes: Arc<[Mutex<T>]>) -> Self {
+        let idle = Mutex::new(prototypes.iter().map(|_| Vec::new()).collect());
+        Shared { prototypes, idle }
+    }
+
+    /// How many candidates the chain has.
+    pub(crate) fn len(&self) -> usize {
+        self.prototypes.len()
     }
 
     /// A copy of candidate `index` to call: an idle one, or a new one.
-    pub(crate) fn take(&self, index: usize) -> Option<CircuitBreaker<S, BC>>
+    pub(crate) fn take(&self, index: usize) -> Option<T>
     where
-        S: Clone,
-        BC: Clone,
+        T: Clone,
     {
         let idle = lock(&self.idle).get_mut(index).and_then(Vec::pop);
         match idle {
             Some(copy) => Some(copy),
-            None => self
-                .candidates
-                .get(index)
-                .map(|candidate| lock(&candidate.prototype).clone()),
+            None => self.prototypes.get(index).map(|p| lock(p).clone()),
         }
     }
 
     /// Gives back a copy after its `call`.
-    pub(crate) fn give_back(&self, index: usize, copy: CircuitBreaker<S, BC>) {
+    pub(crate) fn give_back(&self, index: usize, copy: T) {
         if let Some(list) = lock(&self.idle).get_mut(index) {
             list.push(copy);
         }
     }
 }
 
-impl<S, BC> Failover<S, BC> {
+impl<T> Failover<T> {
     /// A chain over `candidates`, tried in order, with the default
     /// classifier (every `Err` is a failure), at most one call per
     /// candidate, and no last resort.
-    pub fn new(candidates: impl IntoIterator<Item = CircuitBreaker<S, BC>>) -> Self {
-        let candidates: Arc<[Candidate<S, BC>]> = candidates
-            .into_iter()
-            .map(|service| {
-                let breaker = service.breaker();
-                Candidate {
-                    name: Arc::from(breaker.name()),
-                    breaker,
-                    prototype: Mutex::new(service),
-                }
-            })
-            .collect();
-        let max_attempts = candidates.len().max(1);
+    pub fn new(candidates: impl IntoIterator<Item = T>) -> Self {
+        let prototypes: Arc<[Mutex<T>]> = candidates.into_iter().map(Mutex::new).collect();
+        let max_attempts = prototypes.len().max(1);
         Failover {
-            shared: Arc::new(Shared::new(candidates)),
+            shared: Arc::new(Shared::new(prototypes)),
             classifier: ErrorsAsFailures,
             settings: Settings {
                 max_attempts,
@@ -210,11 +240,11 @@ impl<S, BC> Failover<S, BC> {
     }
 }
 
-impl<S, BC, C> Failover<S, BC, C> {
+impl<T, C> Failover<T, C> {
     /// Uses `classifier` to decide whether a candidate's result is an answer
     /// (success, or ignored: returned to the caller) or a failure (the next
     /// candidate is tried). Use the breakers' classifier.
-    pub fn classify<C2>(self, classifier: C2) -> Failover<S, BC, C2> {
+    pub fn classify<C2>(self, classifier: C2) -> Failover<T, C2> {
         Failover {
             shared: self.shared,
             classifier,
@@ -231,35 +261,30 @@ impl<S, BC, C> Failover<S, BC, C> {
     }
 
     /// When every candidate is open, call the one whose retry-after ends
-    /// soonest anyway, going around its breaker (default: off).
+    /// soonest anyway, going around its breakers (default: off).
     ///
     /// The last resort calls the candidate's inner service directly: its
-    /// breaker neither admits nor records the call, so its open period and
-    /// its probes go on as if the call had not been made, and the result is
-    /// returned as it is, success or failure. A candidate held open by an
-    /// operator (no end to its open period) is never a last resort.
+    /// breakers neither admit nor record the call, so their open periods
+    /// and probes go on as if the call had not been made, and the result is
+    /// returned as it is, success or failure. A candidate any of whose
+    /// breakers is held open by an operator (no end to its open period) is
+    /// never a last resort.
     pub fn last_resort(mut self, enabled: bool) -> Self {
         self.settings.last_resort = enabled;
         self
     }
-
-    /// The candidates' breakers, in the chain's order.
-    pub fn breakers(&self) -> impl Iterator<Item = &Breaker> + '_ {
-        self.shared.candidates.iter().map(|c| &c.breaker)
-    }
 }
 
-impl<S, BC, C, Req> Service<Req> for Failover<S, BC, C>
+impl<T, C, Req> Service<Req> for Failover<T, C>
 where
-    S: Service<Req> + Clone,
-    S::Error: From<CircuitOpen> + Into<BoxError>,
-    BC: Classify<S::Response, S::Error> + Clone,
-    C: Classify<S::Response, S::Error> + Clone,
+    T: Candidate<Req>,
+    T::Error: Into<BoxError>,
+    C: Classify<T::Response, T::Error> + Clone,
     Req: Clone,
 {
-    type Response = S::Response;
+    type Response = T::Response;
     type Error = BoxError;
-    type Future = ResponseFuture<S, BC, C, Req>;
+    type Future = ResponseFuture<T, C, Req>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // Always ready: the candidate a request reaches is chosen, and made
@@ -277,23 +302,22 @@ where
     }
 }
 
-impl<S, BC, C: Clone> Clone for Failover<S, BC, C> {
+impl<T, C: Clone> Clone for Failover<T, C> {
     fn clone(&self) -> Self {
         Failover {
             // The chain is shared; the idle copies are not: a new clone (one
             // per task, as tower clones services) makes and keeps its own.
-            shared: Arc::new(Shared::new(Arc::clone(&self.shared.candidates))),
+            shared: Arc::new(Shared::new(Arc::clone(&self.shared.prototypes))),
             classifier: self.classifier.clone(),
             settings: self.settings,
         }
     }
 }
 
-impl<S, BC, C> fmt::Debug for Failover<S, BC, C> {
+impl<T, C> fmt::Debug for Failover<T, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.shared.candidates.iter().map(|c| &*c.name).collect();
         f.debug_struct("Failover")
-            .field("candidates", &names)
+            .field("candidates", &self.shared.len())
             .field("max_attempts", &self.settings.max_attempts)
             .field("last_resort", &self.settings.last_resort)
             .finish_non_exhaustive()

@@ -218,6 +218,39 @@ impl fmt::Display for RegistryFull {
 
 impl Error for RegistryFull {}
 
+/// An error type a keyed breaker's guarded service may have: one that can
+/// hold both of its refusals, an open circuit ([`CircuitOpen`]) and a full
+/// registry ([`RegistryFull`]). tower's `BoxError` does.
+///
+/// Implemented for every such type; named in bounds so that a service
+/// whose error holds neither (a hyper client's own error) is reported with
+/// the fixes:
+///
+/// ```compile_fail
+/// use tower::{service_fn, Layer};
+/// use tower_circuit_breaker::registry::{KeyedLayer, Registry};
+///
+/// #[derive(Debug)]
+/// struct Upstream;
+/// let registry = Registry::<String>::new(Default::default());
+/// let svc = KeyedLayer::new(registry, |_: &u32| "k".to_string())
+///     .layer(service_fn(|_: u32| async { Err::<(), _>(Upstream) }));
+/// let _ = tower::ServiceExt::<u32>::oneshot(svc, 1); // `Upstream` holds no refusal
+/// ```
+///
+/// [`CircuitOpen`]: crate::CircuitOpen
+#[diagnostic::on_unimplemented(
+    message = "a keyed circuit breaker refuses calls with the guarded service's error type, and `{Self}` cannot hold its refusals",
+    label = "the keyed breaker's error would be `{Self}`, which lacks `From<CircuitOpen>` or `From<RegistryFull>`",
+    note = "put `.timeout(..)` inside the breaker (its error, `BoxError`, holds both refusals), or map the inner error inside the breaker: `.map_err(BoxError::from)` on the `ServiceBuilder` (`tower::util::MapErrLayer`), or to a type of yours that implements `From<CircuitOpen>` and `From<RegistryFull>`"
+)]
+pub trait HoldsKeyedRefusals: From<crate::CircuitOpen> + From<RegistryFull> {}
+
+// As for `HoldsCircuitOpen`: reported as missing this trait, whose message
+// names the fixes.
+#[diagnostic::do_not_recommend]
+impl<E: From<crate::CircuitOpen> + From<RegistryFull>> HoldsKeyedRefusals for E {}
+
 impl<K> Registry<K>
 where
     K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,

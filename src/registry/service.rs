@@ -14,13 +14,13 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{AcquireError, Registry, RegistryFull};
+use super::{AcquireError, HoldsKeyedRefusals, Registry, RegistryFull};
 use crate::breaker::admission::Permit;
 use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
-use crate::classify::{Classify, ErrorsAsFailures, Outcome, Verdict};
+use crate::classify::{Classified, Classify, ErrorsAsFailures, Outcome, Verdict};
 use crate::error::{CircuitOpen, Name};
-use crate::future::{record, Record};
+use crate::future::{record, Finish, Obligation, Pending, Record};
 use crate::local::{Lease, Owner};
 use crate::service::{Counts, Settled};
 
@@ -377,6 +377,24 @@ impl Leg {
         }
     }
 
+    /// Hands the recording on to a streamed body's obligation: `None` if
+    /// nothing is left to record.
+    fn defer(&mut self, start: Option<Instant>) -> Option<Pending> {
+        if self.record == Record::Nothing {
+            return None;
+        }
+        let shared = Arc::clone(self.hold.shared());
+        shared.note_internal_handle(true);
+        Some(Pending {
+            shared,
+            internal: true,
+            generation: self.generation,
+            permit: self.permit.take(),
+            what: std::mem::replace(&mut self.record, Record::Nothing),
+            start,
+        })
+    }
+
     #[inline(always)]
     pub(super) fn record(&mut self, verdict: Verdict, start: Option<Instant>) {
         let Some(count_only) = self.record.take() else {
@@ -432,12 +450,13 @@ pub(super) fn admit_looked_up(
 impl<S, K, F, C, Req> Service<Req> for KeyedCircuitBreaker<S, K, F, C>
 where
     S: Service<Req>,
-    S::Error: From<CircuitOpen> + From<RegistryFull>,
+    S::Error: HoldsKeyedRefusals,
     K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,
     F: Fn(&Req) -> K,
     C: Classify<S::Response, S::Error> + Clone,
+    C::Eos: Finish<S::Response>,
 {
-    type Response = S::Response;
+    type Response = <C::Eos as Finish<S::Response>>::Response;
     type Error = S::Error;
     type Future = KeyedFuture<S::Future, C>;
 
@@ -467,10 +486,34 @@ where
     }
 }
 
+impl<S, K, F, C> KeyedCircuitBreaker<S, K, F, C> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The registry the breakers come from.
+    pub fn registry(&self) -> &Registry<K> {
+        &self.registry
+    }
+}
+
 impl<S, K, F, C> KeyedCircuitBreaker<S, K, F, C>
 where
     K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,
 {
+    /// The breakers `request` goes through: its key's and the key's
+    /// parent's (made if need be).
+    pub(crate) fn breakers_of<Req>(
+        &self,
+        request: &Req,
+    ) -> Result<(Breaker, Option<Breaker>), RegistryFull>
+    where
+        F: Fn(&Req) -> K,
+    {
+        self.registry.get_with_parent(&(self.key_of)(request))
+    }
+
     /// Admits a call with `key` at its breakers: remembered ones, or ones
     /// looked up in the registry (then remembered).
     #[inline]
@@ -551,8 +594,9 @@ where
     F: Future<Output = Result<T, E>>,
     E: From<CircuitOpen> + From<RegistryFull>,
     C: Classify<T, E>,
+    C::Eos: Finish<T>,
 {
-    type Output = Result<T, E>;
+    type Output = Result<<C::Eos as Finish<T>>::Response, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
@@ -587,10 +631,23 @@ where
                             resume_unwind(panic)
                         }
                     };
-                for leg in legs.iter_mut().flatten() {
-                    leg.record(verdict, *start);
-                }
-                Poll::Ready(output)
+                let later = match verdict {
+                    Classified::Ready(verdict) => {
+                        for leg in legs.iter_mut().flatten() {
+                            leg.record(verdict, *start);
+                        }
+                        None
+                    }
+                    Classified::AtEndOfStream(eos) => {
+                        let [child, parent] = legs;
+                        let parent = parent.as_mut().and_then(|leg| leg.defer(*start));
+                        child
+                            .as_mut()
+                            .and_then(|leg| leg.defer(*start))
+                            .map(|child| (eos, Obligation::with_parent(child, parent)))
+                    }
+                };
+                Poll::Ready(output.map(|response| Finish::finish(response, later)))
             }
         }
     }

@@ -96,7 +96,9 @@ impl Upstream {
     }
 }
 
-pub fn chain(upstreams: &[&Upstream]) -> Failover<Inner, HttpClassifier, HttpClassifier> {
+pub fn chain(
+    upstreams: &[&Upstream],
+) -> Failover<CircuitBreaker<Inner, HttpClassifier>, HttpClassifier> {
     Failover::new(upstreams.iter().map(|u| u.candidate())).classify(HttpClassifier::new())
 }
 

@@ -27,8 +27,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_circuit_breaker::body::{BreakerBody, StreamingLayer};
-use tower_circuit_breaker::classify::ClassifyResponse;
+use tower_circuit_breaker::body::BreakerBody;
+use tower_circuit_breaker::classify::{Classify, ClassifyEos};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, CircuitOpen, Config};
 
@@ -235,13 +235,14 @@ pub type Guarded<Eos> = Response<BreakerBody<Incoming, Eos>>;
 /// `layer` makes; its errors (the refusal included) are `BoxError`s.
 pub fn guarded<C>(
     http: Http,
-    layer: &StreamingLayer<C>,
+    layer: &CircuitBreakerLayer<C>,
 ) -> impl Service<Request<Empty<Bytes>>, Response = Guarded<C::Eos>, Error = BoxError, Future: Send>
        + Clone
        + Send
        + 'static
 where
-    C: ClassifyResponse<Incoming, BoxError> + Clone + Send + Sync + 'static,
+    C: Classify<Response<Incoming>, BoxError> + Clone + Send + Sync + 'static,
+    C::Eos: ClassifyEos,
 {
     ServiceBuilder::new()
         .layer(layer.clone())
@@ -264,11 +265,11 @@ pub async fn gateway<C>(
     http: Http,
     upstream: SocketAddr,
     upstream_http: Http,
-    layer: StreamingLayer<C>,
+    layer: CircuitBreakerLayer<C>,
 ) -> SocketAddr
 where
-    C: ClassifyResponse<Incoming, BoxError> + Clone + Send + Sync + 'static,
-    C::Eos: Send,
+    C: Classify<Response<Incoming>, BoxError> + Clone + Send + Sync + 'static,
+    C::Eos: ClassifyEos,
 {
     let client = guarded(upstream_http, &layer);
     serve(http, move |req: Request<Incoming>| {
@@ -295,9 +296,9 @@ where
     .await
 }
 
-/// A streaming breaker's layer over `breaker`.
-pub fn layer<C>(breaker: &Breaker, classifier: C) -> StreamingLayer<C> {
-    CircuitBreakerLayer::from_breaker(breaker.clone()).streaming(classifier)
+/// A breaker's layer over `breaker`, judging with `classifier`.
+pub fn layer<C>(breaker: &Breaker, classifier: C) -> CircuitBreakerLayer<C> {
+    CircuitBreakerLayer::from_breaker(breaker.clone()).classify(classifier)
 }
 
 /// GETs `path` from `addr` over `http` and reads the whole answer.

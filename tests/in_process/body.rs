@@ -12,10 +12,11 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use tokio::time::advance;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
-use tower_circuit_breaker::body::StreamingBreaker;
 use tower_circuit_breaker::classify::{GrpcClassifier, StreamingHttp};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
-use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, CircuitOpen, Config, State};
+use tower_circuit_breaker::{
+    Breaker, CircuitBreaker, CircuitBreakerLayer, CircuitOpen, Config, State,
+};
 
 /// A body that yields scripted frames: data, trailers, or an error.
 #[derive(Debug, Default)]
@@ -79,12 +80,12 @@ fn streaming<C: Clone>(
     breaker: &Breaker,
     classifier: C,
     script: Script,
-) -> StreamingBreaker<
+) -> CircuitBreaker<
     impl Service<Request<()>, Response = Response<Scripted>, Error = BoxError> + Clone,
     C,
 > {
     CircuitBreakerLayer::from_breaker(breaker.clone())
-        .streaming(classifier)
+        .classify(classifier)
         .layer(service_fn(move |_: Request<()>| async move {
             Ok::<_, BoxError>(script())
         }))
@@ -281,7 +282,7 @@ async fn grpc_request_shaped_codes_are_ignored() {
 async fn a_transport_error_is_a_failure() {
     let breaker = breaker();
     let svc = CircuitBreakerLayer::from_breaker(breaker.clone())
-        .streaming(StreamingHttp::new())
+        .classify(StreamingHttp::new())
         .layer(service_fn(|_: Request<()>| async {
             Err::<Response<Scripted>, BoxError>("connection refused".into())
         }));

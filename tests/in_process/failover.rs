@@ -325,7 +325,9 @@ fn breaker_named(
 }
 
 type HeldChain = tower_circuit_breaker::Failover<
-    tower::util::BoxCloneService<&'static str, &'static str, tower::BoxError>,
+    tower_circuit_breaker::CircuitBreaker<
+        tower::util::BoxCloneService<&'static str, &'static str, tower::BoxError>,
+    >,
 >;
 
 fn held_chain(candidates: &[(&HeldBack, &tower_circuit_breaker::Breaker)]) -> HeldChain {

@@ -30,7 +30,7 @@ async fn server_errors_as_failures_opens_on_a_5xx_and_not_on_a_4xx() {
     ] {
         let breaker = breaker();
         let svc = CircuitBreakerLayer::from_breaker(breaker.clone())
-            .streaming(TowerHttp(ServerErrorsAsFailures::new()))
+            .classify(TowerHttp(ServerErrorsAsFailures::new()))
             .layer(service_fn(move |_: Request<()>| async move {
                 let mut response = Response::new(Empty::<&'static [u8]>::new());
                 *response.status_mut() = StatusCode::from_u16(status).unwrap();
@@ -48,7 +48,7 @@ async fn grpc_errors_as_failures_judges_the_trailers_at_the_end_of_the_stream() 
         let breaker = breaker();
         let classifier = GrpcErrorsAsFailures::new().with_success(GrpcCode::InvalidArgument);
         let svc = CircuitBreakerLayer::from_breaker(breaker.clone())
-            .streaming(TowerHttp(classifier))
+            .classify(TowerHttp(classifier))
             .layer(service_fn(move |_: Request<()>| async move {
                 let mut trailers = HeaderMap::new();
                 trailers.insert("grpc-status", HeaderValue::from(code));
@@ -74,7 +74,7 @@ async fn grpc_errors_as_failures_judges_the_trailers_at_the_end_of_the_stream() 
 async fn an_error_in_place_of_a_response_is_a_failure() {
     let breaker = breaker();
     let svc = CircuitBreakerLayer::from_breaker(breaker.clone())
-        .streaming(TowerHttp(ServerErrorsAsFailures::new()))
+        .classify(TowerHttp(ServerErrorsAsFailures::new()))
         .layer(service_fn(|_: Request<()>| async {
             Err::<Response<Full<&'static [u8]>>, BoxError>("refused".into())
         }));

@@ -19,9 +19,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Bytes, Frame, Incoming};
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_circuit_breaker::body::BreakerBody;
-use tower_circuit_breaker::classify::{
-    Classified, ClassifyEos, ClassifyResponse, StreamingHttp, Verdict,
-};
+use tower_circuit_breaker::classify::{Classified, Classify, ClassifyEos, StreamingHttp, Verdict};
 use tower_circuit_breaker::{Breaker, State};
 
 use gateway::{breaker, half_open, layer, Http};
@@ -40,10 +38,10 @@ impl ClassifyEos for PanicAtEndEos {
     }
 }
 
-impl<B, E> ClassifyResponse<B, E> for PanicAtEnd {
+impl<B, E> Classify<Response<B>, E> for PanicAtEnd {
     type Eos = PanicAtEndEos;
 
-    fn classify_response(&self, _: Result<&Response<B>, &E>) -> Classified<PanicAtEndEos> {
+    fn classify(&self, _: Result<&Response<B>, &E>) -> Classified<PanicAtEndEos> {
         Classified::AtEndOfStream(PanicAtEndEos)
     }
 }
@@ -110,7 +108,8 @@ fn streaming<C>(
        + Send
        + 'static
 where
-    C: ClassifyResponse<Scripted, BoxError> + Clone + Send + Sync + 'static,
+    C: Classify<Response<Scripted>, BoxError> + Clone + Send + Sync + 'static,
+    C::Eos: ClassifyEos,
 {
     layer(breaker, classifier).layer(service_fn(move |()| {
         let body = make();

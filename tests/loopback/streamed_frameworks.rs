@@ -26,9 +26,8 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
-use tower_circuit_breaker::body::StreamingLayer;
 use tower_circuit_breaker::classify::{GrpcClassifier, StreamingHttp};
-use tower_circuit_breaker::{Breaker, CircuitOpen, State};
+use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, CircuitOpen, State};
 
 use gateway::{breaker, half_open, layer, upstream, Http, EVENTS, PLAIN};
 use grpc::health_server;
@@ -39,7 +38,7 @@ use grpc::health_server;
 async fn axum_gateway(
     upstream: SocketAddr,
     upstream_http: Http,
-    layer: StreamingLayer<StreamingHttp>,
+    layer: CircuitBreakerLayer<StreamingHttp>,
 ) -> SocketAddr {
     let client = gateway::guarded(upstream_http, &layer);
     let app = Router::new().fallback(move |req: http::Request<axum::body::Body>| {

@@ -62,7 +62,7 @@ async fn announcing(status: StatusCode) -> SocketAddr {
 /// by `classifier`; returns the status.
 async fn call_through<C>(breaker: &Breaker, classifier: C, upstream: SocketAddr) -> StatusCode
 where
-    C: Classify<Response<Incoming>, BoxError> + Clone,
+    C: Classify<Response<Incoming>, BoxError, Eos = Infallible> + Clone,
 {
     let client = ServiceBuilder::new()
         .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).classify(classifier))

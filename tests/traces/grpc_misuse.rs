@@ -60,7 +60,7 @@ async fn judging_grpc_by_http_status_warns_once_and_the_grpc_classifier_does_not
     // of the server's health, and nothing is said.
     let breaker_ok = breaker();
     let guarded = ServiceBuilder::new()
-        .layer(breaker_ok.layer().streaming(GrpcClassifier::new()))
+        .layer(breaker_ok.layer().classify(GrpcClassifier::new()))
         .map_err(to_status as fn(_) -> Status)
         .service(channel.clone());
     let mut client = HealthClient::new(guarded);

@@ -1,0 +1,90 @@
+//! What a failover needs of a candidate: the breakers a request would go
+//! through there, read before it is called, and a way around them.
+
+use std::fmt;
+use std::hash::Hash;
+
+use tower_service::Service;
+
+use crate::classify::Classify;
+use crate::error::HoldsCircuitOpen;
+use crate::future::Finish;
+use crate::registry::{HoldsKeyedRefusals, KeyedCircuitBreaker, RegistryFull};
+use crate::{Breaker, CircuitBreaker};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A breaker service a [`Failover`](super::Failover) can hold: a
+/// [`CircuitBreaker`] (one breaker for every request) or a
+/// [`KeyedCircuitBreaker`] (the breaker of the request's key, and the
+/// key's parent). Implemented by those two only.
+pub trait Candidate<Req>: Service<Req> + Clone + sealed::Sealed {
+    /// The service behind the breakers, called by a last resort.
+    #[doc(hidden)]
+    type Inner: Service<Req, Error = Self::Error> + Clone;
+
+    /// The breakers `request` would go through: its own and its parent's.
+    #[doc(hidden)]
+    fn breakers_for(&self, request: &Req) -> Result<(Breaker, Option<Breaker>), RegistryFull>;
+
+    /// The service behind the breakers.
+    #[doc(hidden)]
+    fn inner(&self) -> &Self::Inner;
+
+    /// An answer of the inner service, as a call through the breakers
+    /// would have handed it on (its body, if streamed, records nothing).
+    #[doc(hidden)]
+    fn around(response: <Self::Inner as Service<Req>>::Response) -> Self::Response;
+}
+
+impl<S, C> sealed::Sealed for CircuitBreaker<S, C> {}
+
+impl<S, C, Req> Candidate<Req> for CircuitBreaker<S, C>
+where
+    S: Service<Req> + Clone,
+    S::Error: HoldsCircuitOpen,
+    C: Classify<S::Response, S::Error> + Clone,
+    C::Eos: Finish<S::Response>,
+{
+    type Inner = S;
+
+    fn breakers_for(&self, _: &Req) -> Result<(Breaker, Option<Breaker>), RegistryFull> {
+        Ok((self.breaker(), None))
+    }
+
+    fn inner(&self) -> &S {
+        self.get_ref()
+    }
+
+    fn around(response: S::Response) -> Self::Response {
+        <C::Eos as Finish<S::Response>>::finish(response, None)
+    }
+}
+
+impl<S, K, F, C> sealed::Sealed for KeyedCircuitBreaker<S, K, F, C> {}
+
+impl<S, K, F, C, Req> Candidate<Req> for KeyedCircuitBreaker<S, K, F, C>
+where
+    S: Service<Req> + Clone,
+    S::Error: HoldsKeyedRefusals,
+    K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,
+    F: Fn(&Req) -> K + Clone,
+    C: Classify<S::Response, S::Error> + Clone,
+    C::Eos: Finish<S::Response>,
+{
+    type Inner = S;
+
+    fn breakers_for(&self, request: &Req) -> Result<(Breaker, Option<Breaker>), RegistryFull> {
+        self.breakers_of(request)
+    }
+
+    fn inner(&self) -> &S {
+        self.get_ref()
+    }
+
+    fn around(response: S::Response) -> Self::Response {
+        <C::Eos as Finish<S::Response>>::finish(response, None)
+    }
+}
