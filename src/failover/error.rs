@@ -76,6 +76,24 @@ impl Exhausted {
             .min()
     }
 
+    /// Takes the `Exhausted` out of a failover's error, to answer with it
+    /// (with the `axum` feature, `exhausted.into_response()`: 503 with the
+    /// smallest `Retry-After`); any other error comes back as it was: a
+    /// candidate's own answer, passed through.
+    ///
+    /// ```
+    /// use tower::BoxError;
+    /// use tower_circuit_breaker::failover::{Exhausted, Reason, Unavailable};
+    ///
+    /// let err: BoxError = Exhausted::new([Unavailable::new(0, "a", Reason::NotTried)]).into();
+    /// let exhausted = Exhausted::take(err).expect("an exhausted chain");
+    /// assert_eq!(exhausted.candidates().len(), 1);
+    /// assert!(Exhausted::take("a 400 from the provider".into()).is_err());
+    /// ```
+    pub fn take(err: BoxError) -> Result<Exhausted, BoxError> {
+        err.downcast::<Exhausted>().map(|exhausted| *exhausted)
+    }
+
     /// Finds an `Exhausted` in an error or anywhere in its source chain.
     pub fn find<'a>(err: &'a (dyn Error + 'static)) -> Option<&'a Exhausted> {
         let mut current = Some(err);

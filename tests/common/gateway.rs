@@ -137,6 +137,26 @@ impl Body for Events {
 
 type UpstreamBody = BoxBody<Bytes, BoxError>;
 
+/// One event, then, once the server has sent it, an error: the server cuts
+/// the stream.
+fn breaks_midway() -> UpstreamBody {
+    let (send, frames) = mpsc::channel(1);
+    tokio::spawn(async move {
+        let event = Bytes::from_static(EVENTS[0].as_bytes());
+        let _ = send.send(Ok(Frame::data(event))).await;
+        // The head and the first event go out before the break.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let _ = send
+            .send(Err("the provider dropped the stream".into()))
+            .await;
+    });
+    let frames = futures_util::stream::unfold(frames, |mut frames| async move {
+        let frame: Result<Frame<Bytes>, BoxError> = frames.recv().await?;
+        Some((frame, frames))
+    });
+    http_body_util::StreamBody::new(frames).boxed()
+}
+
 fn full(text: &'static str) -> UpstreamBody {
     Full::new(Bytes::from_static(text.as_bytes()))
         .map_err(|never: Infallible| match never {})
@@ -148,6 +168,8 @@ fn full(text: &'static str) -> UpstreamBody {
 /// * `/plain/ok`: 200 and [`PLAIN`], with its `content-length`;
 /// * `/plain/fail`: 502;
 /// * `/sse/ok`: 200 `text/event-stream`, the [`EVENTS`] one by one;
+/// * `/sse/break`: 200 `text/event-stream`, one event, then the stream
+///   fails (the connection is cut midway);
 /// * `/grpc/no-status`: 200 `application/grpc`, one message, and no
 ///   `grpc-status` anywhere (no trailers): a stream that ends without a
 ///   status;
@@ -157,6 +179,7 @@ pub fn answer(path: &str) -> Response<UpstreamBody> {
         "/plain/ok" => (StatusCode::OK, "text/plain", full(PLAIN)),
         "/plain/fail" => (StatusCode::BAD_GATEWAY, "text/plain", full("bad gateway")),
         "/sse/ok" => (StatusCode::OK, "text/event-stream", Events::start().boxed()),
+        "/sse/break" => (StatusCode::OK, "text/event-stream", breaks_midway()),
         "/grpc/no-status" => (
             StatusCode::OK,
             "application/grpc",

@@ -20,6 +20,7 @@ mod axum_gateway;
 mod axum_route_layer;
 mod body_panics;
 mod hyper_client;
+mod keyed_gateway;
 mod outside_tower_examples;
 mod registry_keys;
 mod sse_stream;
