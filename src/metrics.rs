@@ -6,7 +6,7 @@
 //! | --- | --- | --- | --- |
 //! | `circuit_breaker_state` | gauge, one-hot: 1 for the current state, 0 for every other | `breaker`, `state` | at creation and on every transition |
 //! | `circuit_breaker_transitions_total` | counter | `breaker`, `from`, `to` | on every transition |
-//! | `circuit_breaker_calls_total` | counter | `breaker`, `outcome` (`admitted`, `rejected`, `failure`, `ignored`, `stale`, `cancelled`, `recorded`) | by [`export`] / [`export_registry`] |
+//! | `circuit_breaker_calls_total` | counter | `breaker`, `outcome` (`admitted`, `rejected`, `rejected_by_parent` (of the rejected, those a registry parent refused), `failure`, `ignored`, `stale`, `cancelled`, `recorded`) | by [`export`] / [`export_registry`] |
 //! | `circuit_breaker_opened_total` | counter | `breaker` | by [`export`] / [`export_registry`] |
 //!
 //! A Grafana dashboard over these series (states over time per breaker,
@@ -137,6 +137,7 @@ pub fn export(breaker: &Breaker) {
     for (outcome, value) in [
         ("admitted", counts.calls),
         ("rejected", counts.rejected),
+        ("rejected_by_parent", counts.rejected_by_parent),
         ("failure", counts.failures),
         ("ignored", counts.ignored),
         ("stale", counts.stale),

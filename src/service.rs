@@ -321,6 +321,15 @@ pub(crate) enum Counts<'a> {
 }
 
 impl Counts<'_> {
+    /// Counts a call to the breaker `shared` that its parent refused.
+    #[inline]
+    pub(crate) fn count_parent_refusal(self, shared: &Shared) {
+        match self {
+            Counts::Clone(counts) => counts.rejected_by_parent(),
+            Counts::Breaker => shared.count_parent_refusal(),
+        }
+    }
+
     /// Counts a call to the breaker `shared`, admitted or refused.
     #[inline]
     pub(crate) fn count(self, shared: &Shared, admitted: bool) {

@@ -11,29 +11,48 @@ use super::Admin;
 use crate::{Breaker, Snapshot};
 
 /// A breaker as the endpoint shows it: its snapshot's fields, its parent's
-/// name and its failure rate.
+/// name, whether that parent holds it, and its failure rate.
 #[derive(Serialize)]
 pub(super) struct Entry {
     #[serde(flatten)]
     pub(super) snapshot: Snapshot,
     parent: Option<String>,
+    /// Whether its parent is open (or held open): every call of this
+    /// breaker is refused there, whatever this breaker's own state.
+    held_by_parent: bool,
     failure_rate: Option<f64>,
 }
 
 impl Entry {
     pub(super) fn of(admin: &Admin, breaker: &Breaker) -> Self {
         let parent = admin.parents(&[breaker]).pop().flatten();
-        Entry::with_parent(breaker, parent)
+        let held = parent
+            .as_deref()
+            .and_then(|name| admin.source.find(name))
+            .is_some_and(|parent| refuses(&parent));
+        Entry::with_parent(breaker, parent, held)
     }
 
-    /// The entry of `breaker`, whose parent's name is known.
-    pub(super) fn with_parent(breaker: &Breaker, parent: Option<String>) -> Self {
+    /// The entry of `breaker`, whose parent's name, and whether it holds
+    /// the breaker, are known.
+    pub(super) fn with_parent(breaker: &Breaker, parent: Option<String>, held: bool) -> Self {
         let snapshot = breaker.snapshot();
         Entry {
             parent,
+            held_by_parent: held,
             failure_rate: failure_rate(&snapshot),
             snapshot,
         }
+    }
+}
+
+/// Whether `breaker` refuses its calls on its own: open (not in shadow
+/// mode) or held open.
+pub(super) fn refuses(breaker: &Breaker) -> bool {
+    match breaker.state() {
+        crate::State::Open => !breaker.is_shadow(),
+        crate::State::ForcedOpen => true,
+        _ => false,
     }
 }
 

@@ -162,10 +162,29 @@ impl Page {
             .take(filter.limit)
             .map(|(_, b)| b)
             .collect();
+        let parents = admin.parents(&shown);
+        // The parents the page names that hold their children: one pass
+        // over the source, whatever the number of rows.
+        let named: std::collections::HashSet<&str> =
+            parents.iter().flatten().map(String::as_str).collect();
+        let holding: std::collections::HashSet<String> = if named.is_empty() {
+            Default::default()
+        } else {
+            admin
+                .source
+                .breakers()
+                .into_iter()
+                .filter(|b| named.contains(b.name()) && json::refuses(b))
+                .map(|b| b.name().to_string())
+                .collect()
+        };
         let breakers = shown
             .iter()
-            .zip(admin.parents(&shown))
-            .map(|(b, parent)| Entry::with_parent(b, parent))
+            .zip(parents)
+            .map(|(b, parent)| {
+                let held = parent.as_ref().is_some_and(|p| holding.contains(p));
+                Entry::with_parent(b, parent, held)
+            })
             .collect();
         Page {
             total,

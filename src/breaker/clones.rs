@@ -14,6 +14,7 @@ use std::task::Waker;
 pub(crate) struct CloneCounts {
     admitted: AtomicU64,
     rejected: AtomicU64,
+    by_parent: AtomicU64,
 }
 
 impl CloneCounts {
@@ -25,6 +26,13 @@ impl CloneCounts {
     #[inline]
     pub(crate) fn rejected(&self) {
         bump(&self.rejected);
+    }
+
+    /// A refusal made by the breaker's parent, for this breaker's call.
+    #[inline]
+    pub(crate) fn rejected_by_parent(&self) {
+        bump(&self.rejected);
+        bump(&self.by_parent);
     }
 }
 
@@ -47,6 +55,7 @@ struct Registry {
     /// Counts of clones already dropped.
     retired_admitted: u64,
     retired_rejected: u64,
+    retired_by_parent: u64,
 }
 
 /// The live clones of one breaker.
@@ -88,19 +97,26 @@ impl Clones {
         if let Some(entry) = registry.live.get_mut(slot).and_then(Option::take) {
             registry.retired_admitted += entry.counts.admitted.load(Ordering::Relaxed);
             registry.retired_rejected += entry.counts.rejected.load(Ordering::Relaxed);
+            registry.retired_by_parent += entry.counts.by_parent.load(Ordering::Relaxed);
             registry.free.push(slot);
         }
     }
 
-    /// Calls admitted and refused, over live and retired clones.
-    pub(crate) fn totals(&self) -> (u64, u64) {
+    /// Calls admitted, refused, and refused by the parent, over live and
+    /// retired clones.
+    pub(crate) fn totals(&self) -> (u64, u64, u64) {
         let registry = self.lock();
         registry.live.iter().flatten().fold(
-            (registry.retired_admitted, registry.retired_rejected),
-            |(admitted, rejected), entry| {
+            (
+                registry.retired_admitted,
+                registry.retired_rejected,
+                registry.retired_by_parent,
+            ),
+            |(admitted, rejected, by_parent), entry| {
                 (
                     admitted + entry.counts.admitted.load(Ordering::Relaxed),
                     rejected + entry.counts.rejected.load(Ordering::Relaxed),
+                    by_parent + entry.counts.by_parent.load(Ordering::Relaxed),
                 )
             },
         )

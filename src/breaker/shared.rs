@@ -108,6 +108,8 @@ struct Counters {
     /// their own (keyed services); clones count theirs in `clones`.
     calls: AtomicU64,
     rejected: AtomicU64,
+    /// Of those, refusals made by the breaker's parent (a registry's).
+    rejected_by_parent: AtomicU64,
     ignored: AtomicU64,
     cancelled: AtomicU64,
     /// A registry's insertion count when this breaker was last used: a

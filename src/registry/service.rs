@@ -420,11 +420,18 @@ pub(super) fn admit_both(
     child: (Hold, Counts<'_>),
     parent: Option<(Hold, Counts<'_>)>,
 ) -> Result<[Option<Leg>; 2], CircuitOpen> {
+    let (hold, counts) = child;
     let parent = match parent {
-        Some((hold, counts)) => Some((Leg::admit(hold, counts)?, counts)),
+        Some((parent, parent_counts)) => match Leg::admit(parent, parent_counts) {
+            Ok(leg) => Some((leg, parent_counts)),
+            Err(refused) => {
+                // The child's call, refused for it: its count shows it too.
+                counts.count_parent_refusal(hold.shared());
+                return Err(refused);
+            }
+        },
         None => None,
     };
-    let (hold, counts) = child;
     let child = Leg::admit(hold, counts)?;
     counts.count(child.hold.shared(), true);
     if let Some((leg, counts)) = &parent {

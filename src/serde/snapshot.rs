@@ -17,13 +17,15 @@ impl Serialize for State {
     }
 }
 
-/// As a struct of its counters: `calls`, `rejected`, `failures`, `ignored`,
-/// `stale`, `cancelled`, `opened`, `probes`, `recorded`.
+/// As a struct of its counters: `calls`, `rejected`, `rejected_by_parent`,
+/// `failures`, `ignored`, `stale`, `cancelled`, `opened`, `probes`,
+/// `recorded`.
 impl Serialize for Counts {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut s = serializer.serialize_struct("Counts", 9)?;
+        let mut s = serializer.serialize_struct("Counts", 10)?;
         s.serialize_field("calls", &self.calls)?;
         s.serialize_field("rejected", &self.rejected)?;
+        s.serialize_field("rejected_by_parent", &self.rejected_by_parent)?;
         s.serialize_field("failures", &self.failures)?;
         s.serialize_field("ignored", &self.ignored)?;
         s.serialize_field("stale", &self.stale)?;

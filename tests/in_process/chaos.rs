@@ -551,13 +551,16 @@ fn keyed_breakers_under_chaos_keep_their_books_and_recover() {
                 snap.probes_in_flight, 0,
                 "{name}: a permit was not given back: {snap:#?}"
             );
-            // A request refused by the parent never reached the child.
-            let reached = tally.reached[key] - refused_by(key, "p");
-            check_counts(name, snap.counts, upstream.seen(key), reached);
+            // A request refused by the parent counts in the child's books
+            // too, as a refusal by its parent.
+            check_counts(name, snap.counts, upstream.seen(key), tally.reached[key]);
             assert_eq!(
-                snap.counts.rejected,
-                refused_by(key, name),
-                "{name}: refusals"
+                (snap.counts.rejected, snap.counts.rejected_by_parent),
+                (
+                    refused_by(key, name) + refused_by(key, "p"),
+                    refused_by(key, "p")
+                ),
+                "{name}: refusals, and those by the parent"
             );
         }
         let parent = registry.get(&"p".to_string()).expect("the parent");

@@ -366,17 +366,38 @@ async fn a_clone_that_calls_a_key_again_counts_and_refuses_as_a_lookup_does() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_open_parent_refuses_a_remembered_child_and_names_itself() {
+async fn an_open_parent_refuses_a_child_names_itself_and_the_refusal_counts_in_the_child() {
     let registry = with_parents(100, "p", 3);
     let mut svc = keyed(&registry, Arc::new(AtomicUsize::new(0)));
     for _ in 0..3 {
         assert!(send(&mut svc, "p/a", true).await.is_err());
     }
+    // A clone that remembers the key, then one made for a single request
+    // (which looks it up).
     let err = send(&mut svc, "p/a", false).await.unwrap_err();
     assert_eq!(CircuitOpen::find(err.as_ref()).unwrap().breaker(), "p");
+    let fresh = keyed(&registry, Arc::new(AtomicUsize::new(0)));
+    let err = fresh.oneshot(("p/a".to_string(), false)).await.unwrap_err();
+    assert_eq!(CircuitOpen::find(err.as_ref()).unwrap().breaker(), "p");
+
     let child = registry.get(&"p/a".into()).unwrap().snapshot();
-    assert_eq!(child.state, State::Closed);
-    assert_eq!(child.counts.rejected, 0, "the child was not asked");
+    assert_eq!(child.state, State::Closed, "its own state is its own");
+    assert_eq!(
+        (child.counts.rejected, child.counts.rejected_by_parent),
+        (2, 2),
+        "the child's calls, refused by its parent"
+    );
+    let parent = registry.get(&"p".into()).unwrap().snapshot();
+    assert_eq!(
+        (parent.counts.rejected, parent.counts.rejected_by_parent),
+        (2, 0)
+    );
+    drop(svc);
+    let child = registry.get(&"p/a".into()).unwrap().snapshot();
+    assert_eq!(
+        child.counts.rejected_by_parent, 2,
+        "kept when the clone goes"
+    );
 }
 
 /// A keyed service over `registry` that has called `key` often enough to

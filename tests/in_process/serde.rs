@@ -801,7 +801,7 @@ async fn a_snapshot_serializes_with_durations_in_milliseconds() {
                 ],
             },
             "counts": {
-                "calls": 2, "rejected": 1, "failures": 2, "ignored": 0,
+                "calls": 2, "rejected": 1, "rejected_by_parent": 0, "failures": 2, "ignored": 0,
                 "stale": 0, "cancelled": 0, "opened": 1, "probes": 0, "recorded": 0,
             },
             "shadow": false,
@@ -829,7 +829,7 @@ fn states_serialize_as_snake_case_names() {
     }
     assert_eq!(
         serde_json::to_value(Counts::default()).unwrap(),
-        json!({ "calls": 0, "rejected": 0, "failures": 0, "ignored": 0, "stale": 0, "cancelled": 0, "opened": 0, "probes": 0, "recorded": 0 })
+        json!({ "calls": 0, "rejected": 0, "rejected_by_parent": 0, "failures": 0, "ignored": 0, "stale": 0, "cancelled": 0, "opened": 0, "probes": 0, "recorded": 0 })
     );
 }
 

@@ -188,6 +188,45 @@ async fn a_registrys_own_parent_function_names_the_parents() {
     assert_eq!(one["parent"], "everyone");
 }
 
+/// A model whose provider is open is shown as held by it, its refusals
+/// counted in its own row too.
+#[tokio::test]
+async fn a_model_under_an_open_provider_is_shown_held_with_its_refusals() {
+    let registry = models();
+    call(&registry, "openai/mini", false).await;
+    call(&registry, "anthropic/claude", false).await;
+    registry
+        .get(&"openai".to_string())
+        .unwrap()
+        .force_open(Some(Duration::from_secs(60)));
+    for _ in 0..3 {
+        call(&registry, "openai/mini", false).await;
+    }
+    let addr = serve(admin::router(registry.clone())).await;
+    let page = get(addr, "/breakers?sort=name").await.json();
+    let row = |name: &str| -> Value {
+        page["breakers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no row for {name}"))
+    };
+    let mini = row("openai/mini");
+    assert_eq!(mini["held_by_parent"], true);
+    assert_eq!(mini["state"], "closed", "its own state is its own");
+    assert_eq!(mini["counts"]["rejected"], 3);
+    assert_eq!(mini["counts"]["rejected_by_parent"], 3);
+    assert_eq!(row("openai")["counts"]["rejected"], 3);
+    assert_eq!(row("anthropic/claude")["held_by_parent"], false);
+    assert_eq!(row("openai")["held_by_parent"], false);
+    let one = get(addr, &format!("/breakers/{}", encode("openai/mini")))
+        .await
+        .json();
+    assert_eq!(one["held_by_parent"], true);
+}
+
 #[tokio::test]
 async fn ten_thousand_breakers_are_filtered_and_paged_on_the_server() {
     let registry = Registry::<String>::builder().max_keys(10_000).build();

@@ -174,4 +174,13 @@ impl Shared {
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
+
+    /// Counts a call of this breaker's refused by its parent, by a path
+    /// without a service clone of its own.
+    pub(crate) fn count_parent_refusal(&self) {
+        self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .rejected_by_parent
+            .fetch_add(1, Ordering::Relaxed);
+    }
 }

@@ -23,9 +23,12 @@ impl Shared {
     }
 
     pub(crate) fn snapshot(&self) -> Snapshot {
-        let (calls, rejected) = self.extras.get().map_or((0, 0), |e| e.clones.totals());
+        let (calls, rejected, by_parent) =
+            self.extras.get().map_or((0, 0, 0), |e| e.clones.totals());
         let calls = calls + self.counters.calls.load(Ordering::Relaxed);
         let rejected = rejected + self.counters.rejected.load(Ordering::Relaxed);
+        let rejected_by_parent =
+            by_parent + self.counters.rejected_by_parent.load(Ordering::Relaxed);
         let mut locked = self.peek();
         let w = self.load();
         let now = self.now_ms();
@@ -50,6 +53,7 @@ impl Shared {
             counts: Counts {
                 calls,
                 rejected,
+                rejected_by_parent,
                 failures: 0,
                 ignored: c.ignored.load(Ordering::Relaxed),
                 stale: 0,
