@@ -4,7 +4,7 @@
 //! `cargo run --example sse_stream --features http-body` (under a second).
 //!
 //! A completion streamed as server-sent events answers `200 OK` at once and
-//! may still die midway. With `CircuitBreakerLayer::streaming(StreamingHttp::new())`
+//! may still die midway. With `CircuitBreakerLayer::classify(StreamingHttp::new())`
 //! the response body records the outcome when the stream ends: a stream cut
 //! midway is a failure (here it opens the breaker, set to open on one
 //! failure), and a stream read to its end is a success (here the half-open

@@ -4,7 +4,7 @@
 //! `cargo run --example tonic_client --features tonic` (under a second).
 //!
 //! The breaker wraps the `tonic::transport::Channel` itself
-//! (`CircuitBreakerLayer::streaming(GrpcClassifier::new())`), so it guards
+//! (`CircuitBreakerLayer::classify(GrpcClassifier::new())`), so it guards
 //! every RPC of every generated client on that channel and judges each by
 //! its `grpc-status`: at once for a trailers-only error, at the end of the
 //! stream otherwise. The channel's transport errors are mapped to

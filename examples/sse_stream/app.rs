@@ -110,7 +110,7 @@ pub fn breaker() -> Result<Breaker, ConfigError> {
 /// stream ends.
 pub type Streamed = Response<BreakerBody<Incoming, Verdict>>;
 
-/// The guarded client: a streaming breaker over hyper-util's client, whose
+/// The guarded client: a breaker judging at the end of the body over hyper-util's client, whose
 /// errors become `BoxError` so that they can hold the breaker's refusal.
 pub fn client(
     breaker: &Breaker,

@@ -98,24 +98,21 @@ pub fn parse_pushback(value: &HeaderValue) -> Option<Duration> {
     Some(Duration::from_millis(text.parse().unwrap_or(u64::MAX)))
 }
 
-/// End of a gRPC stream: the status in the trailers decides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GrpcEos {
-    classifier: GrpcClassifier,
-}
-
-impl ClassifyEos for GrpcEos {
+/// The end of a gRPC stream, judged by the classifier that deferred to
+/// it: the status in the trailers decides.
+impl ClassifyEos for GrpcClassifier {
     fn classify_eos(self, trailers: Option<&HeaderMap>) -> Verdict {
         let code = trailers.and_then(grpc_status);
         let pushback = trailers.and_then(|t| t.get("grpc-retry-pushback-ms"));
-        self.classifier.verdict(code, pushback)
+        self.verdict(code, pushback)
     }
 }
 
 impl<B, E> Classify<Response<B>, E> for GrpcClassifier {
-    type Eos = GrpcEos;
+    /// Itself: it judges the trailers too.
+    type Eos = GrpcClassifier;
 
-    fn classify(&self, result: Result<&Response<B>, &E>) -> Classified<GrpcEos> {
+    fn classify(&self, result: Result<&Response<B>, &E>) -> Classified<GrpcClassifier> {
         let response = match result {
             Ok(response) if response.status() == http::StatusCode::OK => response,
             other => {
@@ -134,7 +131,7 @@ impl<B, E> Classify<Response<B>, E> for GrpcClassifier {
             Some(code) => Classified::Ready(
                 self.verdict(Some(code), response.headers().get("grpc-retry-pushback-ms")),
             ),
-            None => Classified::AtEndOfStream(GrpcEos { classifier: *self }),
+            None => Classified::AtEndOfStream(*self),
         }
     }
 }

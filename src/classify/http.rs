@@ -119,7 +119,7 @@ impl HttpClassifier {
 /// by HTTP status alone sees a gRPC response: its status is in
 /// `grpc-status` (often in the trailers), so UNAVAILABLE and every other
 /// failure look like a 200 to it, and the breaker would never open. The
-/// fix is a streaming breaker with the gRPC classifier.
+/// fix is a breaker classifying with the gRPC classifier, which judges the trailers.
 pub(crate) fn warn_if_grpc<B>(response: &Response<B>) {
     use std::sync::atomic::{AtomicBool, Ordering};
     static WARNED: AtomicBool = AtomicBool::new(false);

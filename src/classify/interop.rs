@@ -28,10 +28,6 @@ use super::{Classified, Classify, ClassifyEos, Outcome, Verdict};
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TowerHttp<C>(pub C);
 
-/// The end-of-stream half of a tower-http classifier.
-#[derive(Clone, Copy, Debug)]
-pub struct TowerHttpEosOf<E>(E);
-
 fn verdict<F>(result: Result<(), F>) -> Verdict {
     Verdict::new(match result {
         Ok(()) => Outcome::Success,
@@ -45,15 +41,14 @@ where
     C::ClassifyEos: Send + 'static,
     E: fmt::Display + 'static,
 {
-    type Eos = TowerHttpEosOf<C::ClassifyEos>;
+    /// The end-of-stream half of the tower-http classifier, wrapped alike.
+    type Eos = TowerHttp<C::ClassifyEos>;
 
     fn classify(&self, result: Result<&Response<B>, &E>) -> Classified<Self::Eos> {
         match result {
             Ok(response) => match self.0.clone().classify_response(response) {
                 ClassifiedResponse::Ready(result) => Classified::Ready(verdict(result)),
-                ClassifiedResponse::RequiresEos(eos) => {
-                    Classified::AtEndOfStream(TowerHttpEosOf(eos))
-                }
+                ClassifiedResponse::RequiresEos(eos) => Classified::AtEndOfStream(TowerHttp(eos)),
             },
             Err(error) => {
                 let _failure = self.0.clone().classify_error(error);
@@ -63,7 +58,9 @@ where
     }
 }
 
-impl<E> ClassifyEos for TowerHttpEosOf<E>
+/// The end-of-stream half of a tower-http classifier (`TowerHttp` of its
+/// `ClassifyEos`).
+impl<E> ClassifyEos for TowerHttp<E>
 where
     E: TowerHttpEos + Send + 'static,
 {

@@ -43,10 +43,10 @@ pub use self::http::{parse_retry_after, HttpClassifier};
 pub use crate::outcome::{Outcome, Verdict};
 #[cfg(feature = "http-body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http-body")))]
-pub use grpc::{grpc_status, parse_pushback, GrpcClassifier, GrpcEos};
+pub use grpc::{grpc_status, parse_pushback, GrpcClassifier};
 #[cfg(feature = "tower-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower-http")))]
-pub use interop::{TowerHttp, TowerHttpEosOf};
+pub use interop::TowerHttp;
 #[cfg(feature = "http-body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http-body")))]
 pub use stream::StreamingHttp;

@@ -76,6 +76,37 @@ impl Exhausted {
             .min()
     }
 
+    /// The chain's answer as an HTTP response, for a gateway without the
+    /// `axum` feature: `503 Service Unavailable` with `Retry-After` set to
+    /// the smallest retry-after among the open candidates (whole seconds,
+    /// rounded up, at least 1), or none when no open candidate has a known
+    /// end, and an empty body (`B::default()`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_circuit_breaker::failover::{Exhausted, Reason, Unavailable};
+    /// use tower_circuit_breaker::State;
+    ///
+    /// let exhausted = Exhausted::new([
+    ///     Unavailable::new(0, "alpha/large", Reason::open(State::Open, Some(Duration::from_millis(1_200)))),
+    ///     Unavailable::new(1, "beta/large", Reason::open(State::Open, Some(Duration::from_secs(30)))),
+    /// ]);
+    /// let response: http::Response<()> = exhausted.to_http_response();
+    /// assert_eq!(response.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+    /// assert_eq!(response.headers()[http::header::RETRY_AFTER], "2");
+    /// ```
+    pub fn to_http_response<B: Default>(&self) -> http::Response<B> {
+        let mut response = http::Response::new(B::default());
+        *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+        if let Some(after) = self.retry_after() {
+            let seconds = crate::error::retry_after_seconds(after);
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, http::HeaderValue::from(seconds));
+        }
+        response
+    }
+
     /// Takes the `Exhausted` out of a failover's error, to answer with it
     /// (with the `axum` feature, `exhausted.into_response()`: 503 with the
     /// smallest `Retry-After`); any other error comes back as it was: a

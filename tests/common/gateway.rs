@@ -1,6 +1,6 @@
 //! A gateway between real hyper servers and clients on 127.0.0.1, the way a
 //! model router passes a provider's answer on: an upstream server, a hyper
-//! client behind a streaming breaker, and a gateway server streaming the
+//! client behind a breaker judging at the end of the body, and a gateway server streaming the
 //! upstream's body to its own client as it arrives.
 //!
 //! hyper's servers (HTTP/1 and HTTP/2) read a frame of the body they send,
@@ -254,7 +254,7 @@ pub fn client(http: Http) -> Client<HttpConnector, Empty<Bytes>> {
 /// The response of a guarded call: its body records the call's outcome.
 pub type Guarded<Eos> = Response<BreakerBody<Incoming, Eos>>;
 
-/// A hyper-util client speaking `http`, behind the streaming breaker that
+/// A hyper-util client speaking `http`, behind the breaker judging at the end of the body that
 /// `layer` makes; its errors (the refusal included) are `BoxError`s.
 pub fn guarded<C>(
     http: Http,

@@ -75,7 +75,7 @@ fn breaker() -> Breaker {
 
 type Script = fn() -> Response<Scripted>;
 
-/// A streaming breaker over a service answering what `script` builds.
+/// A breaker judging at the end of the body over a service answering what `script` builds.
 fn streaming<C: Clone>(
     breaker: &Breaker,
     classifier: C,

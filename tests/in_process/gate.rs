@@ -294,6 +294,46 @@ async fn buffer_around_a_gate_waits_instead_of_failing_and_is_never_poisoned() {
     assert_eq!(svc.oneshot(9).await.unwrap(), 9, "the buffer still serves");
 }
 
+/// A balancer's endpoints behind a registry's breakers, one per endpoint's
+/// key, in gate mode: the keyed way to balance (a keyed service cannot gate,
+/// since its key comes with the request). The open endpoint's key is
+/// routed around; the registry's snapshot is what the balancer saw.
+#[tokio::test(start_paused = true)]
+async fn p2c_routes_around_an_endpoint_whose_registry_breaker_is_open() {
+    let registry = tower_circuit_breaker::registry::Registry::<String>::new(config());
+    let upstreams: Vec<Flaky> = (0..3).map(|_| Flaky::default()).collect();
+    let endpoints: Vec<_> = upstreams
+        .iter()
+        .enumerate()
+        .map(|(i, upstream)| {
+            let breaker = registry.get(&format!("pool/{i}")).expect("room");
+            PendingRequests::new(
+                ServiceBuilder::new()
+                    .layer(breaker.layer().readiness(Readiness::Gate))
+                    .service(upstream.clone()),
+                CompleteOnResponse::default(),
+            )
+        })
+        .collect();
+    let mut balance = Balance::new(ServiceList::new(endpoints));
+    upstreams[0].fail(true);
+    let state = |key: &str| registry.get(&key.to_string()).expect("room").state();
+    for i in 0..200 {
+        let _ = send(&mut balance, i).await;
+        if state("pool/0") == State::Open {
+            break;
+        }
+    }
+    assert_eq!(state("pool/0"), State::Open);
+    assert_eq!(upstreams[0].calls(), 1);
+    for i in 0..100 {
+        assert_eq!(send(&mut balance, i).await.unwrap(), i, "routed around");
+    }
+    assert_eq!(upstreams[0].calls(), 1, "the open endpoint saw nothing");
+    let open = registry.keys_in(State::Open);
+    assert_eq!(open, ["pool/0".to_string()]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn p2c_routes_around_an_open_endpoint_which_sees_only_probes_then_rejoins() {
     let upstreams: Vec<Flaky> = (0..3).map(|_| Flaky::default()).collect();

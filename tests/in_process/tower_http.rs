@@ -1,4 +1,4 @@
-//! tower-http's classifiers judging for a streaming breaker.
+//! tower-http's classifiers judging for a breaker judging at the end of the body.
 #![cfg(feature = "tower-http")]
 
 use std::time::Duration;

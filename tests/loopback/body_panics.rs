@@ -93,7 +93,7 @@ impl Body for Scripted {
 
 type Make = Arc<dyn Fn() -> Scripted + Send + Sync>;
 
-/// A streaming breaker judging by `classifier` over a service answering a
+/// A breaker judging at the end of the body judging by `classifier` over a service answering a
 /// body `make` builds.
 fn streaming<C>(
     breaker: &Breaker,

@@ -15,12 +15,28 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+// The model-router demo's own modules, as `cargo run -p model-router`
+// builds them (at the root, as there: they name each other as `super::`).
+#[cfg(feature = "http-body")]
+#[allow(dead_code)]
+#[path = "../../examples/router/src/gateway.rs"]
+mod gateway;
+#[cfg(feature = "http-body")]
+#[allow(dead_code)]
+#[path = "../../examples/router/src/providers.rs"]
+mod providers;
+#[cfg(feature = "http-body")]
+#[allow(dead_code)]
+#[path = "../../examples/router/src/scenario.rs"]
+mod scenario;
+
 mod admin;
 mod axum_gateway;
 mod axum_route_layer;
 mod body_panics;
 mod hyper_client;
 mod keyed_gateway;
+mod model_router;
 mod outside_tower_examples;
 mod registry_keys;
 mod sse_stream;

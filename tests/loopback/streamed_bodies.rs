@@ -1,5 +1,5 @@
 //! Streamed bodies passed on by a hyper gateway: upstream server, hyper
-//! client behind a streaming breaker, gateway server streaming the body to
+//! client behind a breaker judging at the end of the body, gateway server streaming the body to
 //! its own hyper client, over HTTP/1 and HTTP/2, plain and event-stream
 //! bodies.
 //!
@@ -179,7 +179,7 @@ impl Body for Frames {
     }
 }
 
-/// A streaming breaker over a service answering one [`Frames`] body of
+/// A breaker judging at the end of the body over a service answering one [`Frames`] body of
 /// `frames` frames, whose end `ended` reports (or its last frame, with
 /// `end_with_last`).
 fn answering_frames(

@@ -1,0 +1,56 @@
+//! The model-router demo's scenario (`examples/router/src/scenario.rs`,
+//! which `cargo run --release -p model-router` runs), over the same real
+//! hyper servers and clients on loopback, and its headline checked: with
+//! the breakers, the requests that wait out the timeout and the calls the
+//! sick providers receive fall to a fraction, probes look again, and the
+//! all-out answer is an immediate 503; the README's gateway section is the
+//! demo's wiring. Real sockets, so real time (about 8 s); the assertions
+//! are on counts, never on timings.
+#![cfg(feature = "http-body")]
+
+use crate::scenario::{self, Answer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_breakers_turn_the_outages_into_a_constant_cost() {
+    let (without, with) = scenario::run(12).await;
+
+    assert!(
+        without.waited() > 0 && without.sick_received > 0,
+        "{without:?}"
+    );
+    assert!(
+        with.waited() * 3 < without.waited(),
+        "waits: {} with the breakers, {} without",
+        with.waited(),
+        without.waited()
+    );
+    assert!(
+        with.sick_received * 3 < without.sick_received,
+        "calls the sick providers received: {} with the breakers, {} without",
+        with.sick_received,
+        without.sick_received
+    );
+    assert_eq!(without.probes, 0, "disabled breakers probe nothing");
+    assert!(with.probes > 0, "the breakers looked again");
+    assert!(with.count(Answer::AllOut) > 0, "every provider out: a 503");
+    assert_eq!(with.count(Answer::Failed), 0, "nothing else failed");
+    // After the outages, every model streams again through its breakers.
+    let last = with.samples.last().expect("requests were made");
+    assert_eq!(last.answer, Answer::Streamed, "{last:?}");
+}
+
+#[test]
+fn the_readmes_gateway_section_is_the_demos_wiring() {
+    let readme = include_str!("../../README.md");
+    let wiring = include_str!("../../examples/router/src/gateway.rs");
+    let start = readme
+        .find("<!-- the model router's wiring: examples/router/src/gateway.rs -->")
+        .expect("the README's gateway section");
+    let block = &readme[start..];
+    let code = block
+        .split_once("```rust,ignore\n")
+        .and_then(|(_, rest)| rest.split_once("```\n"))
+        .map(|(code, _)| code)
+        .expect("the section's code block");
+    assert_eq!(code, wiring, "the README shows src/gateway.rs as it is");
+}
