@@ -98,7 +98,7 @@ impl<B, Eos> BreakerBody<B, Eos> {
 type Panic = Box<dyn Any + Send>;
 
 /// Records the end-of-stream verdict if `inner` reports its end; left
-/// pending otherwise (dropped, the obligation counts the call as ignored).
+/// pending otherwise (dropped, the obligation counts the call as cancelled).
 fn settle_if_ended<B: Body, Eos: ClassifyEos>(
     inner: &B,
     pending: &mut Option<(Eos, Obligation)>,

@@ -135,8 +135,10 @@ fn record_slow(
 pin_project! {
     /// Response future of [`CircuitBreaker`](crate::CircuitBreaker).
     ///
-    /// Resolves to the inner service's result, or at once to a
-    /// [`CircuitOpen`] error when the breaker refused the call. Dropping it
+    /// Resolves to the inner service's result (its body wrapped in a
+    /// [`BreakerBody`](crate::body::BreakerBody) when the classifier defers
+    /// to the body's end), or at once to a [`CircuitOpen`] error when the
+    /// breaker refused the call. Dropping it
     /// before it completes gives back a probe permit and counts the call as
     /// cancelled ([`Counts::cancelled`](crate::Counts::cancelled)), neither
     /// a success nor a failure.
@@ -258,6 +260,11 @@ where
                     let classifier = hold.classifier();
                     match catch_unwind(AssertUnwindSafe(|| classifier.classify(output.as_ref()))) {
                         Ok(Classified::Ready(verdict)) => recorder.record(verdict),
+                        // An error has no body to wait for: a deferral
+                        // there is a failure.
+                        Ok(Classified::AtEndOfStream(_)) if output.is_err() => {
+                            recorder.record(Verdict::new(Outcome::Failure));
+                        }
                         Ok(Classified::AtEndOfStream(eos)) => {
                             later = recorder.defer().map(|obligation| (eos, obligation));
                         }
@@ -360,8 +367,7 @@ impl Recorder<'_> {
 /// generation and probe permit, until it is settled. Dropped unsettled,
 /// the call counts as cancelled in each and their permits go back.
 pub(crate) struct Obligation {
-    first: Pending,
-    parent: Option<Pending>,
+    legs: [Option<Pending>; 2],
 }
 
 /// The obligation at one breaker.
@@ -411,32 +417,38 @@ impl Drop for Pending {
 impl Obligation {
     pub(crate) fn one(first: Pending) -> Self {
         Obligation {
-            first,
-            parent: None,
+            legs: [Some(first), None],
         }
     }
 
-    /// The obligation of a call admitted at a key's breaker and, if it
-    /// has one, its parent's.
-    pub(crate) fn with_parent(first: Pending, parent: Option<Pending>) -> Self {
-        Obligation { first, parent }
+    /// The obligation of a call admitted at a key's breaker and its
+    /// parent's, at each that still wants the verdict (a disabled child
+    /// wants none, its parent may): `None` if neither does.
+    pub(crate) fn of_legs(child: Option<Pending>, parent: Option<Pending>) -> Option<Self> {
+        (child.is_some() || parent.is_some()).then_some(Obligation {
+            legs: [child, parent],
+        })
     }
 
     /// Records the verdict, in each breaker.
     #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
     pub(crate) fn settle(mut self, verdict: Verdict) {
-        self.first.settle(verdict);
-        if let Some(parent) = &mut self.parent {
-            parent.settle(verdict);
+        for leg in self.legs.iter_mut().flatten() {
+            leg.settle(verdict);
         }
     }
 }
 
 impl fmt::Debug for Obligation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self
+            .legs
+            .iter()
+            .flatten()
+            .map(|l| &**l.shared.name())
+            .collect();
         f.debug_struct("Obligation")
-            .field("breaker", self.first.shared.name())
-            .field("generation", &self.first.generation)
+            .field("breakers", &names)
             .finish_non_exhaustive()
     }
 }

@@ -30,6 +30,8 @@ use tower_service::Service;
 
 use crate::breaker::shared::{Prober, Shared, Turn};
 use crate::breaker::Breaker;
+use std::convert::Infallible;
+
 use crate::classify::{Classify, Outcome, Verdict};
 
 impl Breaker {
@@ -39,6 +41,13 @@ impl Breaker {
     /// [`probe_interval`](crate::Config::probe_interval), judging the
     /// result with `classifier`, and user requests are refused until
     /// `successes_to_close` probes in a row succeed. See [`crate::probe`].
+    ///
+    /// The classifier judges each probe's result at once (its
+    /// [`Eos`](crate::classify::Classify::Eos) is `Infallible`, as for
+    /// `HttpClassifier` and closures): a probe's body is not read, so a
+    /// classifier that waits for the end of a stream (`StreamingHttp`,
+    /// `GrpcClassifier`) cannot judge it. Probe an endpoint that answers
+    /// whole, such as a one-token completion without streaming.
     /// Returns false if the breaker already has a prober.
     ///
     /// ```
@@ -60,7 +69,7 @@ impl Breaker {
         S::Error: Send,
         Req: Send + 'static,
         F: Fn() -> Req + Send + Sync + 'static,
-        C: Classify<S::Response, S::Error> + Send + Sync + 'static,
+        C: Classify<S::Response, S::Error, Eos = Infallible> + Send + Sync + 'static,
     {
         self.shared.set_prober(Box::new(Spawner {
             // Behind a mutex, so that a service that is `Send` but not
@@ -87,7 +96,7 @@ where
     S::Error: Send,
     Req: Send + 'static,
     F: Fn() -> Req + Send + Sync + 'static,
-    C: Classify<S::Response, S::Error> + Send + Sync + 'static,
+    C: Classify<S::Response, S::Error, Eos = Infallible> + Send + Sync + 'static,
 {
     fn start(&self, breaker: Weak<Shared>) -> bool {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -140,7 +149,7 @@ async fn run<S, Req, F, C>(
 ) where
     S: Service<Req>,
     F: Fn() -> Req,
-    C: Classify<S::Response, S::Error>,
+    C: Classify<S::Response, S::Error, Eos = Infallible>,
 {
     let weak = running.breaker.clone();
     loop {
@@ -183,7 +192,7 @@ async fn probe<S, Req, F, C>(
 where
     S: Service<Req>,
     F: Fn() -> Req,
-    C: Classify<S::Response, S::Error>,
+    C: Classify<S::Response, S::Error, Eos = Infallible>,
 {
     let call = async {
         std::future::poll_fn(|cx| service.poll_ready(cx)).await?;
@@ -196,8 +205,6 @@ where
         },
         None => call.await,
     };
-    // A probe is judged by its result alone: a streamed body's end is
-    // not waited for.
     std::panic::catch_unwind(AssertUnwindSafe(|| {
         classifier.classify(result.as_ref()).at_head()
     }))

@@ -15,7 +15,7 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use tower::{service_fn, BoxError, Service};
-use tower_circuit_breaker::classify::{Classify, Verdict};
+use tower_circuit_breaker::classify::{Classified, Classify, Verdict};
 use tower_circuit_breaker::policy::{ConsecutiveFailures, TimeWindow};
 use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, State};
 
@@ -215,8 +215,10 @@ impl Drop for Tracked {
 }
 
 impl<T, E> Classify<T, E> for Tracked {
-    fn classify(&self, _: Result<&T, &E>) -> Verdict {
-        Verdict::new(tower_circuit_breaker::classify::Outcome::Success)
+    type Eos = std::convert::Infallible;
+
+    fn classify(&self, _: Result<&T, &E>) -> Classified<Self::Eos> {
+        Verdict::new(tower_circuit_breaker::classify::Outcome::Success).into()
     }
 }
 

@@ -29,7 +29,7 @@ impl Entry {
         let held = parent
             .as_deref()
             .and_then(|name| admin.source.find(name))
-            .is_some_and(|parent| refuses(&parent));
+            .is_some_and(|parent| parent.refuses_calls());
         Entry::with_parent(breaker, parent, held)
     }
 
@@ -43,16 +43,6 @@ impl Entry {
             failure_rate: failure_rate(&snapshot),
             snapshot,
         }
-    }
-}
-
-/// Whether `breaker` refuses its calls on its own: open (not in shadow
-/// mode) or held open.
-pub(super) fn refuses(breaker: &Breaker) -> bool {
-    match breaker.state() {
-        crate::State::Open => !breaker.is_shadow(),
-        crate::State::ForcedOpen => true,
-        _ => false,
     }
 }
 

@@ -174,7 +174,7 @@ impl Page {
                 .source
                 .breakers()
                 .into_iter()
-                .filter(|b| named.contains(b.name()) && json::refuses(b))
+                .filter(|b| named.contains(b.name()) && b.refuses_calls())
                 .map(|b| b.name().to_string())
                 .collect()
         };

@@ -208,6 +208,17 @@ impl Breaker {
         self.shared.is_shadow()
     }
 
+    /// Whether the breaker refuses calls on its own now: open (unless in
+    /// shadow mode, which never refuses) or held open by an operator (which
+    /// holds even then).
+    pub(crate) fn refuses_calls(&self) -> bool {
+        match self.state() {
+            State::Open => !self.is_shadow(),
+            State::ForcedOpen => true,
+            _ => false,
+        }
+    }
+
     /// A receiver of this breaker's transitions from now on, in order. See
     /// [`events`](crate::events).
     pub fn subscribe(&self) -> broadcast::Receiver<Transition> {

@@ -9,7 +9,7 @@ use tower_service::Service;
 use crate::classify::Classify;
 use crate::error::HoldsCircuitOpen;
 use crate::future::Finish;
-use crate::registry::{HoldsKeyedRefusals, KeyedCircuitBreaker, RegistryFull};
+use crate::registry::{HoldsKeyedRefusals, KeyedCircuitBreaker};
 use crate::{Breaker, CircuitBreaker};
 
 mod sealed {
@@ -25,9 +25,11 @@ pub trait Candidate<Req>: Service<Req> + Clone + sealed::Sealed {
     #[doc(hidden)]
     type Inner: Service<Req, Error = Self::Error> + Clone;
 
-    /// The breakers `request` would go through: its own and its parent's.
+    /// The name of the breaker `request` would go through, and the
+    /// breakers it would meet there as they are now (its own and its
+    /// parent's), without making any.
     #[doc(hidden)]
-    fn breakers_for(&self, request: &Req) -> Result<(Breaker, Option<Breaker>), RegistryFull>;
+    fn breakers_for(&self, request: &Req) -> (String, [Option<Breaker>; 2]);
 
     /// The service behind the breakers.
     #[doc(hidden)]
@@ -50,8 +52,9 @@ where
 {
     type Inner = S;
 
-    fn breakers_for(&self, _: &Req) -> Result<(Breaker, Option<Breaker>), RegistryFull> {
-        Ok((self.breaker(), None))
+    fn breakers_for(&self, _: &Req) -> (String, [Option<Breaker>; 2]) {
+        let breaker = self.breaker();
+        (breaker.name().to_string(), [Some(breaker), None])
     }
 
     fn inner(&self) -> &S {
@@ -76,7 +79,7 @@ where
 {
     type Inner = S;
 
-    fn breakers_for(&self, request: &Req) -> Result<(Breaker, Option<Breaker>), RegistryFull> {
+    fn breakers_for(&self, request: &Req) -> (String, [Option<Breaker>; 2]) {
         self.breakers_of(request)
     }
 

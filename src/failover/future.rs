@@ -25,12 +25,12 @@ enum Step<T, I> {
     /// Waiting for candidate `index`'s copy to be ready.
     Ready {
         index: usize,
-        breaker: Breaker,
+        name: Arc<str>,
         copy: T,
     },
-    /// Candidate `index` was called through `breaker` (the request's own
-    /// there); `call` holds its response future.
-    Called { index: usize, breaker: Breaker },
+    /// Candidate `index` was called through its breaker `name`; `call`
+    /// holds its response future.
+    Called { index: usize, name: Arc<str> },
     /// Every candidate is open: waiting for the soonest one's (`index`)
     /// inner service.
     LastResortReady { index: usize, inner: I },
@@ -90,29 +90,17 @@ where
     }
 }
 
-/// Whether `breaker` refuses calls on its own: open (unless in shadow
-/// mode, which never refuses) or held open by an operator (which holds even
-/// then).
-fn refuses(breaker: &Breaker, state: State) -> bool {
-    match state {
-        State::Open => !breaker.is_shadow(),
-        State::ForcedOpen => true,
-        _ => false,
-    }
-}
-
 /// Why a request cannot go through `breakers` (a key's and its parent's),
 /// if one of them is open: the state of the one that holds longest (an
 /// operator's isolation, with no end, over any open period), and when both
 /// will let it through.
-fn closed_to(breakers: &(Breaker, Option<Breaker>)) -> Option<(State, Option<Duration>, String)> {
-    let (child, parent) = breakers;
+fn closed_to(breakers: &[Option<Breaker>; 2]) -> Option<(State, Option<Duration>, String)> {
     let mut found: Option<(State, Option<Duration>, String)> = None;
-    for breaker in std::iter::once(child).chain(parent) {
-        let state = breaker.state();
-        if !refuses(breaker, state) {
+    for breaker in breakers.iter().flatten() {
+        if !breaker.refuses_calls() {
             continue;
         }
+        let state = breaker.state();
         // Read after the state: if the period ended in between, there is
         // nothing left to wait.
         let retry_after = match state {
@@ -165,21 +153,9 @@ where
                     let Some(copy) = this.shared.take(index) else {
                         continue;
                     };
-                    let breakers = match copy.breakers_for(this.request) {
-                        Ok(breakers) => breakers,
-                        Err(full) => {
-                            this.shared.give_back(index, copy);
-                            tracing::info!(
-                                candidate = index,
-                                reason = %full,
-                                "failover: candidate has no breaker for the request; moving on"
-                            );
-                            let reason = Reason::failed(Some(full.into()), None);
-                            this.reasons.push(Unavailable::new(index, "", reason));
-                            continue;
-                        }
-                    };
-                    let name: Arc<str> = Arc::from(breakers.0.name());
+                    // Read, not made: a key without a breaker yet is closed.
+                    let (name, breakers) = copy.breakers_for(this.request);
+                    let name: Arc<str> = Arc::from(name);
                     if let Some((state, retry_after, by)) = closed_to(&breakers) {
                         this.shared.give_back(index, copy);
                         tracing::debug!(
@@ -201,12 +177,7 @@ where
                         this.reasons.push(Unavailable::new(index, name, reason));
                         continue;
                     }
-                    let breaker = breakers.0;
-                    *this.step = Step::Ready {
-                        index,
-                        breaker,
-                        copy,
-                    };
+                    *this.step = Step::Ready { index, name, copy };
                 }
                 Step::Ready { index, copy, .. } => {
                     let index = *index;
@@ -217,9 +188,9 @@ where
                             this.call.set(Some(future));
                             // Called: the copy holds no reservation any more.
                             let step = mem::replace(this.step, Step::Choose);
-                            if let Step::Ready { copy, breaker, .. } = step {
+                            if let Step::Ready { copy, name, .. } = step {
                                 this.shared.give_back(index, copy);
-                                *this.step = Step::Called { index, breaker };
+                                *this.step = Step::Called { index, name };
                             }
                         }
                         Poll::Ready(Err(error)) => {
@@ -231,8 +202,9 @@ where
                                 error: Some(error.into()),
                                 retry_after: None,
                             };
-                            if let Step::Ready { breaker, .. } = step {
-                                fall_back(this.reasons, index, &breaker, reason);
+                            if let Step::Ready { name, .. } = step {
+                                let state = state_now(this.shared, index, this.request);
+                                fall_back(this.reasons, index, name, state, reason);
                             }
                         }
                     }
@@ -248,7 +220,7 @@ where
                         Poll::Ready(result) => result,
                     };
                     this.call.set(None);
-                    let Step::Called { breaker, .. } = mem::replace(this.step, Step::Choose) else {
+                    let Step::Called { name, .. } = mem::replace(this.step, Step::Choose) else {
                         unreachable!("the step was just matched");
                     };
                     let verdict = this.classifier.classify(result.as_ref()).at_head();
@@ -267,7 +239,8 @@ where
                                     state: open.state(),
                                     retry_after,
                                 };
-                                fall_back(this.reasons, index, &breaker, reason);
+                                let state = state_now(this.shared, index, this.request);
+                                fall_back(this.reasons, index, name, state, reason);
                                 continue;
                             }
                             Err(error)
@@ -279,7 +252,8 @@ where
                             error: response.err(),
                             retry_after: verdict.retry_after(),
                         };
-                        fall_back(this.reasons, index, &breaker, reason);
+                        let state = state_now(this.shared, index, this.request);
+                        fall_back(this.reasons, index, name, state, reason);
                         continue;
                     }
                     // A success, or an ignored outcome (the request itself
@@ -293,13 +267,12 @@ where
                         // An operator may have isolated it while it became
                         // ready: an isolated candidate is never called.
                         let isolated = this.shared.take(*index).is_none_or(|copy| {
-                            let breakers = copy.breakers_for(this.request);
+                            let (_, breakers) = copy.breakers_for(this.request);
                             this.shared.give_back(*index, copy);
-                            breakers.map_or(true, |(child, parent)| {
-                                std::iter::once(&child)
-                                    .chain(&parent)
-                                    .any(|b| b.state() == State::ForcedOpen)
-                            })
+                            breakers
+                                .iter()
+                                .flatten()
+                                .any(|b| b.state() == State::ForcedOpen)
                         });
                         if isolated {
                             *this.step = Step::Done;
@@ -344,11 +317,29 @@ fn exhausted(reasons: &mut Vec<Unavailable>) -> BoxError {
     exhausted.into()
 }
 
-/// Records why candidate `index` (whose breaker for the request is
-/// `breaker`) gave no answer, and says so.
-fn fall_back(reasons: &mut Vec<Unavailable>, index: usize, breaker: &Breaker, reason: Reason) {
-    let name = breaker.name();
-    let state = breaker.state();
+/// The state of the breaker `request` goes through at candidate `index`,
+/// read again after a call (for the logs: a failure may have opened it).
+fn state_now<T: Candidate<Req>, Req>(
+    shared: &Shared<T>,
+    index: usize,
+    request: &Req,
+) -> Option<State> {
+    let copy = shared.take(index)?;
+    let (_, [breaker, _]) = copy.breakers_for(request);
+    shared.give_back(index, copy);
+    breaker.map(|b| b.state())
+}
+
+/// Records why candidate `index` (whose breaker for the request is `name`,
+/// in `state` now, if it has one) gave no answer, and says so.
+fn fall_back(
+    reasons: &mut Vec<Unavailable>,
+    index: usize,
+    name: Arc<str>,
+    state: Option<State>,
+    reason: Reason,
+) {
+    let state = state.unwrap_or(State::Closed);
     match &reason {
         Reason::Open { retry_after, .. } => tracing::debug!(
             candidate = index,

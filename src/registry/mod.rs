@@ -369,6 +369,17 @@ where
         self.inner.parent_of.is_some()
     }
 
+    /// The breakers `key` has now, its own and its parent's, without making
+    /// either: a key with none has never refused anything.
+    pub(crate) fn find_with_parent(&self, key: &K) -> [Option<Breaker>; 2] {
+        let child = self.find(key, self.hash(key), None);
+        let parent = match self.inner.parent_of.as_ref().and_then(|f| f(key)) {
+            Some(parent) if &parent != key => self.find(&parent, self.hash(&parent), None),
+            _ => None,
+        };
+        [child, parent]
+    }
+
     /// The breaker for `key` and, when the key has one, its parent's.
     pub fn get_with_parent(&self, key: &K) -> Result<(Breaker, Option<Breaker>), RegistryFull> {
         self.get_with_parent_hashed(key, self.hash(key))

@@ -509,16 +509,16 @@ impl<S, K, F, C> KeyedCircuitBreaker<S, K, F, C>
 where
     K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,
 {
-    /// The breakers `request` goes through: its key's and the key's
-    /// parent's (made if need be).
-    pub(crate) fn breakers_of<Req>(
-        &self,
-        request: &Req,
-    ) -> Result<(Breaker, Option<Breaker>), RegistryFull>
+    /// The name of `request`'s breaker (its key), and the breakers it
+    /// would go through as they are now, its key's and the key's parent's,
+    /// without making either.
+    pub(crate) fn breakers_of<Req>(&self, request: &Req) -> (String, [Option<Breaker>; 2])
     where
         F: Fn(&Req) -> K,
     {
-        self.registry.get_with_parent(&(self.key_of)(request))
+        let key = (self.key_of)(request);
+        let found = self.registry.find_with_parent(&key);
+        (key.to_string(), found)
     }
 
     /// Admits a call with `key` at its breakers: remembered ones, or ones
@@ -553,8 +553,10 @@ where
 
 pin_project! {
     /// Response future of [`KeyedCircuitBreaker`]: records the outcome in
-    /// the key's breaker and its parent's when the call completes. Dropped
-    /// before, the call counts as cancelled in each.
+    /// the key's breaker and its parent's when the call completes, or, when
+    /// the classifier defers to the body's end, hands the response on with
+    /// its body wrapped to record then. Dropped before, the call counts as
+    /// cancelled in each.
     pub struct KeyedFuture<F, C> {
         #[pin]
         state: KeyedState<F, C>,
@@ -645,13 +647,18 @@ where
                         }
                         None
                     }
+                    // An error has no body to wait for: a failure.
+                    Classified::AtEndOfStream(_) if output.is_err() => {
+                        for leg in legs.iter_mut().flatten() {
+                            leg.record(Verdict::new(Outcome::Failure), *start);
+                        }
+                        None
+                    }
                     Classified::AtEndOfStream(eos) => {
                         let [child, parent] = legs;
+                        let child = child.as_mut().and_then(|leg| leg.defer(*start));
                         let parent = parent.as_mut().and_then(|leg| leg.defer(*start));
-                        child
-                            .as_mut()
-                            .and_then(|leg| leg.defer(*start))
-                            .map(|child| (eos, Obligation::with_parent(child, parent)))
+                        Obligation::of_legs(child, parent).map(|obligation| (eos, obligation))
                     }
                 };
                 Poll::Ready(output.map(|response| Finish::finish(response, later)))

@@ -289,3 +289,38 @@ async fn a_transport_error_is_a_failure() {
     assert!(svc.oneshot(Request::new(())).await.is_err());
     assert_eq!(breaker.state(), State::Open);
 }
+
+/// A classifier that defers every result to the body's end, errors too.
+#[derive(Clone)]
+struct AlwaysAtTheEnd;
+
+impl<B> tower_circuit_breaker::classify::Classify<Response<B>, BoxError> for AlwaysAtTheEnd {
+    type Eos = tower_circuit_breaker::classify::Verdict;
+
+    fn classify(
+        &self,
+        _: Result<&Response<B>, &BoxError>,
+    ) -> tower_circuit_breaker::classify::Classified<Self::Eos> {
+        let success = tower_circuit_breaker::classify::Verdict::new(
+            tower_circuit_breaker::classify::Outcome::Success,
+        );
+        tower_circuit_breaker::classify::Classified::AtEndOfStream(success)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_a_classifier_defers_to_a_body_is_a_failure_not_a_cancellation() {
+    let breaker = breaker();
+    let svc = CircuitBreakerLayer::from_breaker(breaker.clone())
+        .classify(AlwaysAtTheEnd)
+        .layer(service_fn(|_: Request<()>| async {
+            Err::<Response<Scripted>, BoxError>("connection refused".into())
+        }));
+    assert!(svc.oneshot(Request::new(())).await.is_err());
+    let counts = breaker.snapshot().counts;
+    assert_eq!(
+        (counts.failures, counts.cancelled),
+        (1, 0),
+        "an error has no body to wait for"
+    );
+}

@@ -311,3 +311,56 @@ async fn when_every_provider_is_open_the_gateway_answers_503_with_the_smallest_r
     assert_eq!(status, StatusCode::OK);
     assert_eq!(alpha_calls.load(Ordering::Relaxed), 1);
 }
+
+/// A model whose own breaker is disabled still has its streams judged by
+/// its provider's: a half-open provider is closed by a stream of that
+/// model read to its end.
+#[tokio::test]
+async fn a_disabled_models_stream_still_counts_in_its_provider() {
+    let http = Http::One;
+    let (registry, gateway) = keyed_gateway(http).await;
+    breaker(&registry, "alpha/sse").disable();
+    for _ in 0..2 {
+        let (status, _, _) = fetch(http, gateway, "/plain/fail").await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY);
+    }
+    assert_eq!(breaker(&registry, "alpha").state(), State::Open);
+    skip(COOLDOWN + Duration::from_millis(1)).await;
+
+    let (status, _, body) = fetch(http, gateway, "/sse/ok").await;
+    assert_eq!((status, body), (StatusCode::OK, Ok(EVENTS.concat())));
+    let provider = breaker(&registry, "alpha").snapshot();
+    assert_eq!(
+        (
+            provider.state,
+            provider.probes_in_flight,
+            provider.counts.cancelled
+        ),
+        (State::Closed, 0, 0),
+        "the provider's probe was judged at the stream's end"
+    );
+    assert_eq!(breaker(&registry, "alpha/sse").state(), State::Disabled);
+}
+
+/// A chain reads its candidates' breakers without making any: a request
+/// the first provider answers leaves no breaker for the others.
+#[tokio::test]
+async fn a_failover_makes_no_breaker_for_a_candidate_it_does_not_call() {
+    let http = Http::One;
+    let (registry, [_, alpha_calls], gateway) = failover_gateway(http, false).await;
+    breaker(&registry, "beta").force_open(None);
+    let (status, _, _) = fetch(http, gateway, "/sse/ok").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(alpha_calls.load(Ordering::Relaxed), 1);
+    let mut keys: Vec<String> = registry
+        .breakers()
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["alpha", "alpha/sse", "beta"],
+        "no beta/sse: beta was skipped"
+    );
+}

@@ -21,7 +21,13 @@ use tower_circuit_breaker::Config;
 /// timeout, inside the breaker so that a hang is a failure it sees.
 pub const TIMEOUT: Duration = Duration::from_millis(500);
 
+/// The largest request body the gateway reads.
+const MAX_REQUEST: usize = 64 * 1024;
+
 /// A chat completion request: the model it asks for, and its JSON body.
+/// The model comes from the client: each new one makes a breaker, within
+/// the registry's bound (`max_keys`), past which the gateway answers 503
+/// rather than grow.
 #[derive(Clone, Debug)]
 pub struct Chat {
     pub model: String,
@@ -131,7 +137,9 @@ where
     R: Service<Chat, Response = Response<B>, Error = BoxError>,
     B: http_body::Body<Data = Bytes, Error = hyper::Error> + Send + 'static,
 {
-    let chat = match req.into_body().collect().await {
+    // A chat request is small: a bigger body is refused, not buffered.
+    let body = http_body_util::Limited::new(req.into_body(), MAX_REQUEST);
+    let chat = match body.collect().await {
         Ok(body) => Chat::parse(body.to_bytes()),
         Err(_) => None,
     };
