@@ -6,7 +6,7 @@
 //! | the candidate | what the failover does |
 //! | --- | --- |
 //! | its breaker is open (or held open) | skips it **without calling it**: a read of its state |
-//! | its breaker refuses the call with [`CircuitOpen`] (half-open, every probe in flight) | moves on; costs no attempt |
+//! | its breaker refuses the call with [`CircuitOpen`](crate::CircuitOpen) (half-open, every probe in flight) | moves on; costs no attempt |
 //! | it answers, and the classifier says failure (timeout, 5xx, 429) | moves on to the next |
 //! | it answers, and the classifier says ignore (a 400: the request is bad) | returns that answer: another provider would refuse it too |
 //! | it answers, and the classifier says success | returns it |
