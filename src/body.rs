@@ -29,15 +29,36 @@
 //!
 //! A half-open probe keeps its permit until then, so a stream that dies
 //! halfway can never count as a successful probe.
+//!
+//! # Limits
+//!
+//! A provider may answer `200` and then freeze, or take a minute to its
+//! first token. A breaker's
+//! [`first_frame_timeout`](crate::ConfigBuilder::first_frame_timeout) (from
+//! the head to the first data frame) and
+//! [`frame_idle_timeout`](crate::ConfigBuilder::frame_idle_timeout)
+//! (between data frames) bound that: past either, the body ends for its
+//! reader with a [`StreamTimeout`] (as its `BoxError`; nothing more is read
+//! from it) and the call counts as a failure. The limits cost one timer per
+//! body, made when the body is, reset (never remade) on each data frame; a
+//! breaker without limits makes none. They need tokio's timer, as gate mode
+//! does, and hold while the call is still to be recorded (not for a body
+//! already judged, nor through a disabled breaker).
 
 use std::any::Any;
+use std::future::Future;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep};
+use tower::BoxError;
 
 use crate::classify::{ClassifyEos, Outcome, Verdict};
 use crate::future::{Finish, Obligation};
@@ -59,6 +80,11 @@ pin_project! {
         #[pin]
         inner: B,
         pending: Option<(Eos, Obligation)>,
+        // The stream's limits while its call is to be recorded: made once
+        // per body, reset (not remade) on each data frame.
+        limits: Option<Box<Limits>>,
+        // Ended for its reader by a limit: nothing more is read.
+        timed_out: bool,
         // `settle_if_ended::<B, Eos>`, kept here because `Drop` cannot ask
         // for `B: Body`, which it needs to tell an ended body from one
         // abandoned midway.
@@ -81,6 +107,117 @@ pin_project! {
         }
     }
 }
+
+/// A streamed body's limits: one timer, to the first data frame or to the
+/// end of the current silence.
+struct Limits {
+    sleep: Pin<Box<Sleep>>,
+    first_frame: Option<Duration>,
+    idle: Option<Duration>,
+    seen_data: bool,
+    breaker: Arc<str>,
+}
+
+impl Limits {
+    /// The limits `obligation`'s breaker sets, if any.
+    fn of(obligation: &Obligation) -> Option<Box<Limits>> {
+        let shared = obligation.breaker();
+        let (first_frame, idle) = shared.stream_limits();
+        let first = first_frame.or(idle)?;
+        Some(Box::new(Limits {
+            sleep: Box::pin(tokio::time::sleep(first)),
+            first_frame,
+            idle,
+            seen_data: false,
+            breaker: Arc::clone(shared.name()),
+        }))
+    }
+
+    /// A data frame came: the silence starts again, or, without an idle
+    /// limit, the limits are done with.
+    fn data(limits: &mut Option<Box<Limits>>) {
+        if let Some(l) = limits {
+            match l.idle {
+                Some(idle) => {
+                    l.seen_data = true;
+                    l.sleep.as_mut().reset(Instant::now() + idle);
+                }
+                None => *limits = None,
+            }
+        }
+    }
+
+    /// The error the reader gets when the limit passed.
+    fn expired(&self) -> StreamTimeout {
+        let (first_frame, limit) = match (self.seen_data, self.first_frame) {
+            (false, Some(first)) => (true, first),
+            _ => (!self.seen_data, self.idle.unwrap_or_default()),
+        };
+        StreamTimeout {
+            breaker: Arc::clone(&self.breaker),
+            first_frame,
+            limit,
+        }
+    }
+}
+
+/// A streamed body went past one of its breaker's limits
+/// ([`first_frame_timeout`](crate::ConfigBuilder::first_frame_timeout),
+/// [`frame_idle_timeout`](crate::ConfigBuilder::frame_idle_timeout)): it
+/// ends for its reader with this error (inside the body's `BoxError`), and
+/// its call counts as a failure.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower::BoxError;
+/// use tower_circuit_breaker::body::StreamTimeout;
+///
+/// fn frozen(err: &BoxError) -> Option<Duration> {
+///     err.downcast_ref::<StreamTimeout>().map(StreamTimeout::limit)
+/// }
+/// # let _ = frozen;
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamTimeout {
+    breaker: Arc<str>,
+    first_frame: bool,
+    limit: Duration,
+}
+
+impl StreamTimeout {
+    /// The breaker whose limit it was.
+    pub fn breaker(&self) -> &str {
+        &self.breaker
+    }
+
+    /// Whether no data frame had come yet (the first-frame limit), rather
+    /// than a silence between two.
+    pub fn is_first_frame(&self) -> bool {
+        self.first_frame
+    }
+
+    /// The limit that passed.
+    pub fn limit(&self) -> Duration {
+        self.limit
+    }
+}
+
+impl std::fmt::Display for StreamTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.first_frame {
+            "sent no data frame"
+        } else {
+            "stalled between data frames"
+        };
+        write!(
+            f,
+            "the stream through circuit breaker `{}` {what} for {:?}",
+            self.breaker, self.limit
+        )
+    }
+}
+
+impl std::error::Error for StreamTimeout {}
 
 impl<B, Eos> BreakerBody<B, Eos> {
     /// The wrapped body.
@@ -150,35 +287,63 @@ impl<B: Body, Eos: ClassifyEos> BreakerBody<B, Eos> {
         if let Err(panic) = settle_if_ended(&inner, &mut pending) {
             resume_unwind(panic);
         }
+        let limits = pending.as_ref().and_then(|(_, o)| Limits::of(o));
         BreakerBody {
             inner,
             pending,
+            limits,
+            timed_out: false,
             on_drop: settle_if_ended::<B, Eos>,
         }
     }
 }
 
-impl<B: Body, Eos: ClassifyEos> Body for BreakerBody<B, Eos> {
+impl<B, Eos> Body for BreakerBody<B, Eos>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+    Eos: ClassifyEos,
+{
     type Data = B::Data;
-    type Error = B::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let mut this = self.project();
+        if *this.timed_out {
+            return Poll::Ready(None);
+        }
         if this.pending.is_none() {
             // Judged already: nothing left to record.
-            return this.inner.poll_frame(cx);
+            return this.inner.poll_frame(cx).map_err(Into::into);
         }
         let frame = match catch_unwind(AssertUnwindSafe(|| this.inner.as_mut().poll_frame(cx))) {
-            Ok(Poll::Pending) => return Poll::Pending,
+            Ok(Poll::Pending) => {
+                let Some(limits) = this.limits.as_mut() else {
+                    return Poll::Pending;
+                };
+                if limits.sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                // Past its limit: a failure, and the end for its reader,
+                // who is held no longer.
+                let expired = limits.expired();
+                *this.limits = None;
+                *this.timed_out = true;
+                fail(this.pending);
+                return Poll::Ready(Some(Err(expired.into())));
+            }
             Ok(Poll::Ready(frame)) => frame,
             Err(panic) => {
                 fail(this.pending);
                 resume_unwind(panic)
             }
         };
+        if matches!(&frame, Some(Ok(frame)) if frame.is_data()) {
+            Limits::data(this.limits);
+        }
         let settled = match &frame {
             Some(Ok(frame)) => match frame.trailers_ref() {
                 Some(trailers) => settle(this.pending, |eos| eos.classify_eos(Some(trailers))),
@@ -193,11 +358,15 @@ impl<B: Body, Eos: ClassifyEos> Body for BreakerBody<B, Eos> {
         if let Err(panic) = settled {
             resume_unwind(panic);
         }
-        Poll::Ready(frame)
+        if this.pending.is_none() {
+            // Judged: the limits are done with.
+            *this.limits = None;
+        }
+        Poll::Ready(frame.map(|frame| frame.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.timed_out || self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -214,7 +383,12 @@ impl<B: std::fmt::Debug, Eos> std::fmt::Debug for BreakerBody<B, Eos> {
     }
 }
 
-impl<B: Body, Eos: ClassifyEos> Finish<Response<B>> for Eos {
+impl<B, Eos> Finish<Response<B>> for Eos
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+    Eos: ClassifyEos,
+{
     type Response = Response<BreakerBody<B, Eos>>;
 
     #[allow(private_interfaces)]

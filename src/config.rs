@@ -30,6 +30,8 @@ const MAX_OPEN_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// | `probe_timeout` | 60 s | a probe running longer counts as a failure |
 /// | `trip_on_pushback` | off | a failure that announces a retry-after opens the breaker at once |
 /// | `probe_interval` | 5 s | with [active probing](crate::Breaker::probe_actively): the time between probes |
+/// | `first_frame_timeout` | none | a streamed body whose first data frame takes longer (after its head) ends with [`StreamTimeout`](crate::body::StreamTimeout) and counts as a failure |
+/// | `frame_idle_timeout` | none | a streamed body silent longer between data frames does the same |
 ///
 /// ```
 /// use std::time::Duration;
@@ -73,6 +75,10 @@ pub(crate) struct Settings {
     probe_timeout_ns: u64,
     probe_interval_ns: u64,
     trip_on_pushback: bool,
+    /// `u64::MAX`: none.
+    first_frame_timeout_ns: u64,
+    /// `u64::MAX`: none.
+    frame_idle_timeout_ns: u64,
 }
 
 impl Settings {
@@ -176,6 +182,19 @@ impl Config {
         self.settings.trip_on_pushback
     }
 
+    /// How long a streamed body may take to its first data frame, from its
+    /// head.
+    pub fn first_frame_timeout(&self) -> Option<Duration> {
+        (self.settings.first_frame_timeout_ns != u64::MAX)
+            .then(|| Duration::from_nanos(self.settings.first_frame_timeout_ns))
+    }
+
+    /// How long a streamed body may stay silent between data frames.
+    pub fn frame_idle_timeout(&self) -> Option<Duration> {
+        (self.settings.frame_idle_timeout_ns != u64::MAX)
+            .then(|| Duration::from_nanos(self.settings.frame_idle_timeout_ns))
+    }
+
     /// A preset for a model router in front of LLM providers: three
     /// failures in a row open the breaker, it stays open at least 10 s, and
     /// two probe successes in a row close it. It also sets the
@@ -244,6 +263,8 @@ impl Default for Settings {
             probe_timeout_ns: nanos(Duration::from_secs(60)),
             probe_interval_ns: nanos(Duration::from_secs(5)),
             trip_on_pushback: false,
+            first_frame_timeout_ns: u64::MAX,
+            frame_idle_timeout_ns: u64::MAX,
         }
     }
 }
@@ -340,6 +361,35 @@ impl ConfigBuilder {
         self
     }
 
+    /// Sets how long a streamed body may take to its first data frame,
+    /// counted from its head (default: no limit). A provider that answers
+    /// `200` at once and then thinks for a minute has answered nothing: past
+    /// the limit, the body ends for its reader with a
+    /// [`StreamTimeout`](crate::body::StreamTimeout) error and the call
+    /// counts as a failure (a probe, as a failed probe). `tower::timeout`
+    /// inside the breaker bounds the head; this bounds the first token.
+    ///
+    /// It applies to bodies the breaker judges at their end (feature
+    /// `http-body`, with a classifier such as
+    /// [`StreamingHttp`](crate::classify::StreamingHttp) that defers to
+    /// it), while their call is still to be recorded.
+    pub fn first_frame_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.settings.first_frame_timeout_ns = timeout.map_or(u64::MAX, nanos);
+        self
+    }
+
+    /// Sets how long a streamed body may stay silent between two data
+    /// frames (default: no limit): a stream that freezes after its first
+    /// chunk ends for its reader with a
+    /// [`StreamTimeout`](crate::body::StreamTimeout) error and counts as a
+    /// failure, as [`first_frame_timeout`](Self::first_frame_timeout) does.
+    /// Until the first frame, `first_frame_timeout` applies, or, without
+    /// one, this limit.
+    pub fn frame_idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.settings.frame_idle_timeout_ns = timeout.map_or(u64::MAX, nanos);
+        self
+    }
+
     /// Checks every value and returns the config.
     pub fn build(self) -> Result<Config, ConfigError> {
         let config = Config {
@@ -405,6 +455,14 @@ impl Config {
                 "probe_interval",
                 "must be longer than zero and at most 365 days",
             ));
+        }
+        for (field, limit) in [
+            ("first_frame_timeout", c.first_frame_timeout()),
+            ("frame_idle_timeout", c.frame_idle_timeout()),
+        ] {
+            if limit == Some(Duration::ZERO) {
+                return Err(ConfigError::new(field, "must be longer than zero"));
+            }
         }
         if c.probe_timeout() == Some(Duration::ZERO) {
             return Err(ConfigError::new(

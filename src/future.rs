@@ -367,7 +367,10 @@ impl Recorder<'_> {
 /// generation and probe permit, until it is settled. Dropped unsettled,
 /// the call counts as cancelled in each and their permits go back.
 pub(crate) struct Obligation {
-    legs: [Option<Pending>; 2],
+    /// The key's breaker (or, when it records nothing, its parent's).
+    first: Pending,
+    /// Its parent's, when both record.
+    second: Option<Pending>,
 }
 
 /// The obligation at one breaker.
@@ -417,7 +420,8 @@ impl Drop for Pending {
 impl Obligation {
     pub(crate) fn one(first: Pending) -> Self {
         Obligation {
-            legs: [Some(first), None],
+            first,
+            second: None,
         }
     }
 
@@ -425,30 +429,36 @@ impl Obligation {
     /// parent's, at each that still wants the verdict (a disabled child
     /// wants none, its parent may): `None` if neither does.
     pub(crate) fn of_legs(child: Option<Pending>, parent: Option<Pending>) -> Option<Self> {
-        (child.is_some() || parent.is_some()).then_some(Obligation {
-            legs: [child, parent],
-        })
+        match (child, parent) {
+            (Some(first), second) => Some(Obligation { first, second }),
+            (None, Some(first)) => Some(Obligation::one(first)),
+            (None, None) => None,
+        }
+    }
+
+    /// The breaker whose settings a streamed body follows (the key's, or
+    /// its parent's when the key's records nothing).
+    #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
+    pub(crate) fn breaker(&self) -> &Shared {
+        &self.first.shared
     }
 
     /// Records the verdict, in each breaker.
     #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
     pub(crate) fn settle(mut self, verdict: Verdict) {
-        for leg in self.legs.iter_mut().flatten() {
-            leg.settle(verdict);
+        self.first.settle(verdict);
+        if let Some(second) = &mut self.second {
+            second.settle(verdict);
         }
     }
 }
 
 impl fmt::Debug for Obligation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self
-            .legs
-            .iter()
-            .flatten()
-            .map(|l| &**l.shared.name())
-            .collect();
+        let second = self.second.as_ref().map(|leg| &**leg.shared.name());
         f.debug_struct("Obligation")
-            .field("breakers", &names)
+            .field("breaker", self.first.shared.name())
+            .field("parent", &second)
             .finish_non_exhaustive()
     }
 }

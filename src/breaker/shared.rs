@@ -216,6 +216,10 @@ struct Tuning {
     /// The length of the latest open period: the most a refusal while
     /// half-open tells callers to wait (see [`Shared::half_open_wait_ms`]).
     open_period_ms: AtomicU64,
+    /// A streamed body's limits, in nanoseconds (`u64::MAX`: none): to its
+    /// first data frame, and between two.
+    first_frame_ns: AtomicU64,
+    frame_idle_ns: AtomicU64,
 }
 
 #[repr(C)]
@@ -341,6 +345,28 @@ impl Shared {
             u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
         });
         t.slow_ns.store(slow_ns, Ordering::Relaxed);
+        let ns = |limit: Option<Duration>| {
+            limit.map_or(u64::MAX, |d| {
+                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
+            })
+        };
+        t.first_frame_ns
+            .store(ns(config.first_frame_timeout()), Ordering::Relaxed);
+        t.frame_idle_ns
+            .store(ns(config.frame_idle_timeout()), Ordering::Relaxed);
+    }
+
+    /// A streamed body's limits: to its first data frame, and between two.
+    #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
+    pub(crate) fn stream_limits(&self) -> (Option<Duration>, Option<Duration>) {
+        let limit = |ns: &AtomicU64| match ns.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            ns => Some(Duration::from_nanos(ns)),
+        };
+        (
+            limit(&self.tuning.first_frame_ns),
+            limit(&self.tuning.frame_idle_ns),
+        )
     }
 
     /// Fits the book to its config: whether successes are tallied, and the

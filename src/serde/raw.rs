@@ -70,6 +70,10 @@ pub(super) struct RawConfig {
     probe_interval: Option<Scalar>,
     #[serde(default, deserialize_with = "present")]
     trip_on_pushback: Option<Scalar>,
+    #[serde(default, deserialize_with = "present")]
+    first_frame_timeout: Option<Scalar>,
+    #[serde(default, deserialize_with = "present")]
+    frame_idle_timeout: Option<Scalar>,
 }
 
 impl RawConfig {
@@ -113,6 +117,12 @@ impl RawConfig {
         if let Some(v) = &self.trip_on_pushback {
             b = b.trip_on_pushback(v.boolean(&at("trip_on_pushback"))?);
         }
+        if let Some(v) = &self.first_frame_timeout {
+            b = b.first_frame_timeout(v.optional_duration(&at("first_frame_timeout"))?);
+        }
+        if let Some(v) = &self.frame_idle_timeout {
+            b = b.frame_idle_timeout(v.optional_duration(&at("frame_idle_timeout"))?);
+        }
         Ok(b)
     }
 
@@ -151,6 +161,8 @@ impl RawConfig {
             probe_timeout: pick(&self.probe_timeout, &base.probe_timeout),
             probe_interval: pick(&self.probe_interval, &base.probe_interval),
             trip_on_pushback: pick(&self.trip_on_pushback, &base.trip_on_pushback),
+            first_frame_timeout: pick(&self.first_frame_timeout, &base.first_frame_timeout),
+            frame_idle_timeout: pick(&self.frame_idle_timeout, &base.frame_idle_timeout),
         }
     }
 }

@@ -40,6 +40,7 @@ mod registry;
 mod retry;
 mod retry_after;
 mod serde;
+mod stream_deadlines;
 mod take_refusal;
 mod time_window_model;
 mod tower_http;

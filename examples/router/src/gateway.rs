@@ -20,6 +20,10 @@ use tower_circuit_breaker::Config;
 /// How long a provider may take to answer a call's head: the client's
 /// timeout, inside the breaker so that a hang is a failure it sees.
 pub const TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a stream may take to its first token, and stay silent
+/// between two: past either it ends with an error and counts as a failure.
+pub const FIRST_TOKEN: Duration = Duration::from_millis(400);
+pub const BETWEEN_TOKENS: Duration = Duration::from_millis(250);
 
 /// The largest request body the gateway reads.
 const MAX_REQUEST: usize = 64 * 1024;
@@ -63,6 +67,8 @@ pub fn registry(cooldown: Duration) -> Registry<String> {
     let config = Config::model_router()
         .cooldown(cooldown)
         .min_open(cooldown)
+        .first_frame_timeout(Some(FIRST_TOKEN))
+        .frame_idle_timeout(Some(BETWEEN_TOKENS))
         .build()
         .expect("a valid config");
     Registry::builder()
@@ -83,7 +89,7 @@ pub fn router(
     providers: &[(&'static str, SocketAddr)],
 ) -> impl Service<
     Chat,
-    Response = Response<impl http_body::Body<Data = Bytes, Error = hyper::Error> + Send + 'static>,
+    Response = Response<impl http_body::Body<Data = Bytes, Error = BoxError> + Send + 'static>,
     Error = BoxError,
     Future = impl Send,
 > + Clone
@@ -115,7 +121,7 @@ pub async fn serve<R, B>(listener: TcpListener, router: R)
 where
     R: Service<Chat, Response = Response<B>, Error = BoxError> + Clone + Send + 'static,
     R::Future: Send,
-    B: http_body::Body<Data = Bytes, Error = hyper::Error> + Send + 'static,
+    B: http_body::Body<Data = Bytes, Error = BoxError> + Send + 'static,
 {
     while let Ok((stream, _)) = listener.accept().await {
         let router = router.clone();
@@ -135,7 +141,7 @@ where
 async fn answer<R, B>(router: R, req: Request<Incoming>) -> Result<Response<Body>, Infallible>
 where
     R: Service<Chat, Response = Response<B>, Error = BoxError>,
-    B: http_body::Body<Data = Bytes, Error = hyper::Error> + Send + 'static,
+    B: http_body::Body<Data = Bytes, Error = BoxError> + Send + 'static,
 {
     // A chat request is small: a bigger body is refused, not buffered.
     let body = http_body_util::Limited::new(req.into_body(), MAX_REQUEST);
@@ -147,7 +153,7 @@ where
         return Ok(status(StatusCode::BAD_REQUEST));
     };
     Ok(match router.oneshot(chat).await {
-        Ok(stream) => stream.map(|body| body.map_err(BoxError::from).boxed_unsync()),
+        Ok(stream) => stream.map(BodyExt::boxed_unsync),
         Err(err) => match Exhausted::take(err) {
             Ok(every_provider_out) => every_provider_out.to_http_response(),
             Err(_) => status(StatusCode::BAD_GATEWAY),

@@ -60,21 +60,26 @@ type Row = (&'static str, fn(&Run) -> String);
 
 /// The two runs side by side, as a Markdown table.
 pub fn table(without: &Run, with: &Run) -> String {
-    let rows: [Row; 7] = [
+    let rows: [Row; 8] = [
         ("requests answered with a whole stream", |r| {
             r.count(Answer::Streamed).to_string()
         }),
         ("requests that waited out the timeout", |r| {
             r.waited().to_string()
         }),
-        ("calls the sick providers received", |r| {
+        ("calls the sick provider (alpha) received", |r| {
             r.sick_received.to_string()
         }),
         ("probes", |r| r.probes.to_string()),
         ("503 when every provider was out", |r| {
             r.count(Answer::AllOut).to_string()
         }),
-        ("other failures", |r| r.count(Answer::Failed).to_string()),
+        ("streams held until their client gave up", |r| {
+            r.given_up().to_string()
+        }),
+        ("failed or broken-off streams", |r| {
+            r.count(Answer::Failed).to_string()
+        }),
         ("p50 time to a whole stream during the outages", |r| {
             format!("{} ms", r.p50_during_outage().as_millis())
         }),

@@ -29,6 +29,8 @@ pub enum Behaviour {
     Hangs,
     /// `503` with `Retry-After: 1`: overloaded, and it says when to return.
     Overloaded,
+    /// Answers `200`, streams its first token, then sends nothing more.
+    Freezes,
 }
 
 /// What the scenario tells every provider, by phase.
@@ -104,7 +106,8 @@ async fn answer(
         counts.while_sick.fetch_add(1, Ordering::Relaxed);
     }
     Ok(match behaviour {
-        Behaviour::Healthy => events(name, model),
+        Behaviour::Healthy => events(name, model, 5),
+        Behaviour::Freezes => events(name, model, 1),
         Behaviour::Hangs => {
             // Held far past any caller's patience; the caller hangs up.
             tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -128,11 +131,13 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
     response
 }
 
-/// A streamed completion: five tokens as server-sent events, then `[DONE]`.
-fn events(provider: &'static str, model: String) -> Response<Body> {
+/// A streamed completion: `tokens` tokens as server-sent events, then
+/// `[DONE]`; or, with fewer than five, those and then nothing, the stream
+/// held open (frozen) until the caller goes.
+fn events(provider: &'static str, model: String, tokens: u32) -> Response<Body> {
     let (send, frames) = mpsc::channel::<Bytes>(1);
     tokio::spawn(async move {
-        for n in 1..=5 {
+        for n in 1..=tokens {
             tokio::time::sleep(Duration::from_millis(8)).await;
             let event = format!(
                 "data: {{\"model\":\"{model}\",\"provider\":\"{provider}\",\"choices\":[{{\"delta\":{{\"content\":\"token {n}\"}}}}]}}\n\n"
@@ -140,6 +145,10 @@ fn events(provider: &'static str, model: String) -> Response<Body> {
             if send.send(Bytes::from(event)).await.is_err() {
                 return;
             }
+        }
+        if tokens < 5 {
+            send.closed().await;
+            return;
         }
         let _ = send.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
     });

@@ -28,10 +28,12 @@ pub const PHASE: Duration = Duration::from_millis(1_500);
 pub const PHASES: [&str; 5] = [
     "every provider healthy",
     "alpha's large model hangs",
-    "all of alpha hangs",
+    "all of alpha hangs, and beta's small model freezes after its first token",
     "and beta and gamma are overloaded for large (503, Retry-After: 1)",
     "every provider healthy again",
 ];
+/// How long a client waits for a whole answer before it gives up.
+pub const GIVE_UP: Duration = Duration::from_millis(1_500);
 /// How long a breaker stays open before its first probe.
 pub const COOLDOWN: Duration = Duration::from_millis(600);
 
@@ -39,6 +41,7 @@ pub const COOLDOWN: Duration = Duration::from_millis(600);
 fn rule(phase: u8, provider: &str, model: &str) -> Behaviour {
     match (phase, provider, model) {
         (1, "alpha", "large") | (2 | 3, "alpha", _) => Behaviour::Hangs,
+        (2, "beta", "small") => Behaviour::Freezes,
         (3, _, "large") => Behaviour::Overloaded,
         _ => Behaviour::Healthy,
     }
@@ -51,7 +54,7 @@ pub enum Answer {
     Streamed,
     /// 503: every provider out (with `Retry-After` when the breakers know).
     AllOut,
-    /// Anything else.
+    /// Anything else: an error, or a stream that broke off.
     Failed,
 }
 
@@ -67,7 +70,8 @@ pub struct Sample {
 #[derive(Debug, Default)]
 pub struct Run {
     pub samples: Vec<Sample>,
-    /// Calls the providers received while failing the request's model.
+    /// Calls the sick provider (alpha, the first tried) received while
+    /// failing the request's model.
     pub sick_received: u64,
     /// Probes the breakers let through.
     pub probes: u64,
@@ -81,6 +85,11 @@ impl Run {
     /// Requests whose answer took the whole timeout or more.
     pub fn waited(&self) -> usize {
         self.samples.iter().filter(|s| s.took >= TIMEOUT).count()
+    }
+
+    /// Requests held by a stream until their client gave up on it.
+    pub fn given_up(&self) -> usize {
+        self.samples.iter().filter(|s| s.took >= GIVE_UP).count()
     }
 
     /// The median time to a whole streamed answer while something is out.
@@ -175,9 +184,8 @@ async fn finish(setup: &Setup, tasks: Vec<tokio::task::JoinHandle<Vec<Sample>>>)
     run.samples.sort_by_key(|s| s.sent);
     run.sick_received = setup
         .received
-        .iter()
-        .map(|r| r.while_sick.load(Ordering::Relaxed))
-        .sum();
+        .first()
+        .map_or(0, |alpha| alpha.while_sick.load(Ordering::Relaxed));
     run.probes = setup
         .registry
         .snapshot()
@@ -206,9 +214,11 @@ async fn converse(gateway: SocketAddr, n: usize, start: Instant, end: Instant) -
         let answer = match client.request(request).await {
             Ok(response) => {
                 let status = response.status();
-                let body = response.into_body().collect().await.map(|b| b.to_bytes());
+                // A client gives up on a stream that has not ended in time.
+                let body = tokio::time::timeout(GIVE_UP, response.into_body().collect()).await;
+                let body = body.map(|read| read.map(|b| b.to_bytes()));
                 match (status, body) {
-                    (StatusCode::OK, Ok(body)) if body.ends_with(b"data: [DONE]\n\n") => {
+                    (StatusCode::OK, Ok(Ok(body))) if body.ends_with(b"data: [DONE]\n\n") => {
                         Answer::Streamed
                     }
                     (StatusCode::SERVICE_UNAVAILABLE, _) => Answer::AllOut,
