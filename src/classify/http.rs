@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::{header::RETRY_AFTER, HeaderValue, Response, StatusCode};
+use http::{HeaderValue, Response, StatusCode};
 
 use std::convert::Infallible;
 
@@ -18,12 +18,20 @@ use super::{Classified, Classify, Outcome, Verdict};
 /// | 1xx, 2xx, 3xx | success |
 /// | any `Err` (connection refused, `tower::timeout`'s `Elapsed`...) | failure |
 ///
-/// On 429 and 503, a `Retry-After` header (seconds or an HTTP date) becomes
-/// the verdict's retry-after hint: the breaker, opening on that failure,
-/// stays open at least that long (capped by its maximum open period). A
-/// header that does not parse is ignored, and so is every header with
-/// [`ignore_retry_after`](HttpClassifier::ignore_retry_after), for
-/// upstreams whose `Retry-After` cannot be trusted.
+/// On every status that counts as a failure (a 429, a 5xx, Anthropic's 529),
+/// the wait the provider asks for becomes the verdict's retry-after hint:
+/// the breaker, opening on that failure, stays open at least that long
+/// (capped by its maximum open period). Read, in this order:
+///
+/// | header | from | turned off by |
+/// | --- | --- | --- |
+/// | `retry-after-ms` (milliseconds), else `Retry-After` (seconds or an HTTP date) | OpenAI, Azure, Anthropic, any server | [`ignore_retry_after`](HttpClassifier::ignore_retry_after) |
+/// | `x-ratelimit-reset-requests` / `-tokens` (`1m30s`, `20ms`), when the matching `x-ratelimit-remaining-*` is `0`, or on a 429 naming none spent (the latest reset) | OpenAI | [`ignore_reset_headers`](HttpClassifier::ignore_reset_headers) |
+/// | `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-reset` (RFC 3339), likewise | Anthropic | [`ignore_reset_headers`](HttpClassifier::ignore_reset_headers) |
+///
+/// An explicit wait wins over the reset headers. A value that does not
+/// parse is ignored, never a panic; a success or an ignored status reads
+/// nothing.
 ///
 /// ```
 /// use http::{Response, StatusCode};
@@ -47,22 +55,34 @@ use super::{Classified, Classify, Outcome, Verdict};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HttpClassifier {
     ignore_retry_after: bool,
+    ignore_reset_headers: bool,
 }
 
 impl HttpClassifier {
-    /// Judges by status, and reads `Retry-After` on 429 and 503.
+    /// Judges by status, and reads the retry hints of every failing status.
     pub const fn new() -> Self {
         HttpClassifier {
             ignore_retry_after: false,
+            ignore_reset_headers: false,
         }
     }
 
-    /// Never reads `Retry-After`: the breaker's own open period (its
-    /// cooldown and backoff) alone decides when to probe again. For
-    /// upstreams that send nonsense there (a fixed hour, a date in
-    /// another clock).
+    /// Never reads `Retry-After` nor `retry-after-ms`: with
+    /// [`ignore_reset_headers`](Self::ignore_reset_headers) too, the
+    /// breaker's own open period (its cooldown and backoff) alone decides
+    /// when to probe again. For upstreams that send nonsense there (a
+    /// fixed hour, a date in another clock).
     pub const fn ignore_retry_after(mut self) -> Self {
         self.ignore_retry_after = true;
+        self
+    }
+
+    /// Never reads the providers' rate-limit reset headers (OpenAI's
+    /// `x-ratelimit-reset-*`, Anthropic's `anthropic-ratelimit-*-reset`):
+    /// `Retry-After` and `retry-after-ms` alone, unless turned off too,
+    /// give hints.
+    pub const fn ignore_reset_headers(mut self) -> Self {
+        self.ignore_reset_headers = true;
         self
     }
 
@@ -99,19 +119,21 @@ impl HttpClassifier {
         warn_if_grpc(response);
         let status = response.status();
         let verdict = Verdict::new(Self::outcome(status));
-        if self.ignore_retry_after {
+        if verdict.outcome() != Outcome::Failure
+            || (self.ignore_retry_after && self.ignore_reset_headers)
+        {
             return verdict;
         }
-        if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
-            if let Some(hint) = response
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|v| parse_retry_after(v, SystemTime::now()))
-            {
-                return verdict.with_retry_after(hint);
-            }
+        match super::hints::hint(
+            response.headers(),
+            status,
+            SystemTime::now(),
+            !self.ignore_retry_after,
+            !self.ignore_reset_headers,
+        ) {
+            Some(hint) => verdict.with_retry_after(hint),
+            None => verdict,
         }
-        verdict
     }
 }
 
@@ -210,7 +232,7 @@ fn trim_ows(bytes: &[u8]) -> &[u8] {
 }
 
 /// Whole seconds since the Unix epoch, rounded down (negative before it).
-fn unix_seconds(time: SystemTime) -> i64 {
+pub(super) fn unix_seconds(time: SystemTime) -> i64 {
     match time.duration_since(UNIX_EPOCH) {
         Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
         Err(before) => {
@@ -366,7 +388,7 @@ fn is_leap_year(year: i64) -> bool {
     year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
 }
 
-fn days_in_month(year: i64, month: u8) -> u8 {
+pub(super) fn days_in_month(year: i64, month: u8) -> u8 {
     match month {
         2 if is_leap_year(year) => 29,
         2 => 28,
@@ -382,7 +404,7 @@ fn weekday_of(days: i64) -> usize {
 }
 
 /// Days from 1970-01-01 to a proleptic Gregorian date (negative before).
-fn days_from_civil(year: i64, month: u8, day: u8) -> i64 {
+pub(super) fn days_from_civil(year: i64, month: u8, day: u8) -> i64 {
     let (month, day) = (i64::from(month), i64::from(day));
     let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);

@@ -26,6 +26,7 @@
 
 #[cfg(feature = "http-body")]
 mod grpc;
+mod hints;
 mod http;
 #[cfg(feature = "tower-http")]
 mod interop;

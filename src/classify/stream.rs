@@ -33,10 +33,17 @@ impl StreamingHttp {
         }
     }
 
-    /// Never reads `Retry-After`, as
+    /// Never reads `Retry-After` nor `retry-after-ms`, as
     /// [`HttpClassifier::ignore_retry_after`].
     pub const fn ignore_retry_after(mut self) -> Self {
         self.head = self.head.ignore_retry_after();
+        self
+    }
+
+    /// Never reads the providers' rate-limit reset headers, as
+    /// [`HttpClassifier::ignore_reset_headers`].
+    pub const fn ignore_reset_headers(mut self) -> Self {
+        self.head = self.head.ignore_reset_headers();
         self
     }
 }

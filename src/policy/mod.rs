@@ -198,7 +198,7 @@ pub enum TripReason {
     /// An operator changed the state (force open or closed, disable,
     /// restore, reset).
     Manual,
-    /// The upstream announced a retry-after (429/503 `Retry-After`, gRPC
+    /// The upstream announced a retry-after (a failing status's `Retry-After` or rate-limit reset, gRPC
     /// pushback) and the config trips at once on one
     /// ([`ConfigBuilder::trip_on_pushback`](crate::ConfigBuilder::trip_on_pushback)).
     Pushback {

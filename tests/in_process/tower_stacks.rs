@@ -326,12 +326,15 @@ async fn http_retry_after_shorter_than_cooldown_does_not_shorten_the_open_period
 }
 
 #[tokio::test(start_paused = true)]
-async fn http_retry_after_on_a_500_is_not_a_hint() {
-    // Only 429 and 503 carry a retry-after hint, as the classifier documents.
+async fn http_retry_after_on_a_500_is_a_hint() {
+    // Every failing status carries the wait its server asks for, as the
+    // classifier documents: a 500 with `Retry-After: 120` too.
     let (mut svc, breaker, _) = http_stack(http_config(1));
     send(&mut svc, reply_after(500, "120")).await.unwrap();
-    assert_eq!(breaker.retry_after(), Some(Duration::from_secs(30)));
+    assert_eq!(breaker.retry_after(), Some(Duration::from_secs(120)));
     advance(Duration::from_secs(30)).await;
+    assert_eq!(breaker.state(), State::Open, "held past the cooldown");
+    advance(Duration::from_secs(90)).await;
     assert_eq!(breaker.state(), State::HalfOpen);
 }
 

@@ -38,6 +38,7 @@ mod hyper_client;
 mod keyed_gateway;
 mod model_router;
 mod outside_tower_examples;
+mod provider_signals;
 mod registry_keys;
 mod sse_stream;
 mod streamed_bodies;
