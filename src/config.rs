@@ -32,6 +32,7 @@ const MAX_OPEN_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// | `probe_interval` | 5 s | with [active probing](crate::Breaker::probe_actively): the time between probes |
 /// | `first_frame_timeout` | none | a streamed body whose first data frame takes longer (after its head) ends with [`StreamTimeout`](crate::body::StreamTimeout) and counts as a failure |
 /// | `frame_idle_timeout` | none | a streamed body silent longer between data frames does the same |
+/// | `cancelled_failure_after` | never | a call dropped by its caller after waiting this long counts as a failure, not a cancellation |
 ///
 /// ```
 /// use std::time::Duration;
@@ -79,6 +80,8 @@ pub(crate) struct Settings {
     first_frame_timeout_ns: u64,
     /// `u64::MAX`: none.
     frame_idle_timeout_ns: u64,
+    /// `u64::MAX`: never.
+    cancelled_failure_after_ns: u64,
 }
 
 impl Settings {
@@ -189,6 +192,13 @@ impl Config {
             .then(|| Duration::from_nanos(self.settings.first_frame_timeout_ns))
     }
 
+    /// How long a call may wait before its caller's giving up on it counts
+    /// as a failure.
+    pub fn cancelled_failure_after(&self) -> Option<Duration> {
+        (self.settings.cancelled_failure_after_ns != u64::MAX)
+            .then(|| Duration::from_nanos(self.settings.cancelled_failure_after_ns))
+    }
+
     /// How long a streamed body may stay silent between data frames.
     pub fn frame_idle_timeout(&self) -> Option<Duration> {
         (self.settings.frame_idle_timeout_ns != u64::MAX)
@@ -265,6 +275,7 @@ impl Default for Settings {
             trip_on_pushback: false,
             first_frame_timeout_ns: u64::MAX,
             frame_idle_timeout_ns: u64::MAX,
+            cancelled_failure_after_ns: u64::MAX,
         }
     }
 }
@@ -390,6 +401,23 @@ impl ConfigBuilder {
         self
     }
 
+    /// Counts a call its caller dropped after waiting at least `wait` as a
+    /// failure, rather than as a cancellation that counts neither way
+    /// (default: never). A timeout outside the breaker, or a client that
+    /// hangs up on a provider holding its request, is then seen: a call
+    /// that waited thirty seconds was a hang, whoever ended it. A probe so
+    /// dropped is a failed probe; a streamed body dropped before its end
+    /// after `wait` from the call, likewise. Calls dropped sooner still
+    /// count as cancelled.
+    ///
+    /// The breaker then reads the clock at every call, as a slow-call
+    /// policy does. Calls made through [`try_acquire`](crate::Breaker::try_acquire)'s
+    /// permits keep counting a drop as a cancellation.
+    pub fn cancelled_failure_after(mut self, wait: Option<Duration>) -> Self {
+        self.settings.cancelled_failure_after_ns = wait.map_or(u64::MAX, nanos);
+        self
+    }
+
     /// Checks every value and returns the config.
     pub fn build(self) -> Result<Config, ConfigError> {
         let config = Config {
@@ -459,6 +487,7 @@ impl Config {
         for (field, limit) in [
             ("first_frame_timeout", c.first_frame_timeout()),
             ("frame_idle_timeout", c.frame_idle_timeout()),
+            ("cancelled_failure_after", c.cancelled_failure_after()),
         ] {
             if limit == Some(Duration::ZERO) {
                 return Err(ConfigError::new(field, "must be longer than zero"));

@@ -72,6 +72,31 @@ impl Record {
     }
 }
 
+/// A call dropped by its caller before its outcome was known: a
+/// cancellation, counting neither way, or, once it has waited the config's
+/// `cancelled_failure_after`, a failure (a probe's, a failed probe). A
+/// permit not used up goes back as its field drops.
+pub(crate) fn cancel(
+    shared: &Shared,
+    generation: u32,
+    permit: &mut Option<Box<Permit>>,
+    what: &mut Record,
+    start: Option<Instant>,
+) {
+    if *what == Record::Nothing {
+        return;
+    }
+    if shared.cancellation_is_failure(start) {
+        if let Some(count_only) = what.take() {
+            let failure = Verdict::new(Outcome::Failure);
+            record(shared, generation, permit, failure, start, count_only);
+        }
+    } else {
+        *what = Record::Nothing;
+        shared.count_cancelled();
+    }
+}
+
 /// Records a call's verdict: in the closed generation that admitted it, or
 /// as a probe through its permit.
 #[inline]
@@ -149,12 +174,12 @@ pin_project! {
 
     impl<F, C> PinnedDrop for ResponseFuture<F, C> {
         fn drop(this: Pin<&mut Self>) {
-            if let KindProj::Called { hold, record, .. } = this.project().kind.project() {
+            if let KindProj::Called { hold, generation, permit, record, start, .. } =
+                this.project().kind.project()
+            {
                 // Dropped before its outcome was known; the permit, if
                 // any, goes back as the field drops.
-                if *record != Record::Nothing {
-                    hold.shared().count_cancelled();
-                }
+                cancel(hold.shared(), *generation, permit, record, *start);
             }
         }
     }
@@ -407,10 +432,13 @@ impl Drop for Pending {
         // The caller walked away before the end: says nothing of the
         // upstream's health. A cancellation; the permit goes back as the
         // field drops.
-        if self.what != Record::Nothing {
-            self.what = Record::Nothing;
-            self.shared.count_cancelled();
-        }
+        cancel(
+            &self.shared,
+            self.generation,
+            &mut self.permit,
+            &mut self.what,
+            self.start,
+        );
         if self.internal {
             self.shared.note_internal_handle(false);
         }

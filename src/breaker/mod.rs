@@ -383,7 +383,9 @@ pub struct Counts {
     /// (or a streamed body) dropped by the caller, typically by a timeout
     /// *outside* the breaker. They count neither way (a probe's permit goes
     /// back), so a breaker whose calls are all cancelled never trips: a
-    /// growing count here says the timeout belongs inside the breaker.
+    /// growing count here says the timeout belongs inside the breaker (or
+    /// that [`cancelled_failure_after`](crate::ConfigBuilder::cancelled_failure_after)
+    /// should count the long waits among them as failures).
     pub cancelled: u64,
     /// Times the breaker opened (trips and reopenings).
     pub opened: u64,

@@ -220,6 +220,9 @@ struct Tuning {
     /// first data frame, and between two.
     first_frame_ns: AtomicU64,
     frame_idle_ns: AtomicU64,
+    /// How long a call waits before its cancellation is a failure, in
+    /// nanoseconds (`u64::MAX`: never).
+    cancelled_failure_ns: AtomicU64,
 }
 
 #[repr(C)]
@@ -336,9 +339,11 @@ impl Shared {
             .store(millis_up(config.max_open()), Ordering::Relaxed);
         t.probe_timeout
             .store(config.probe_timeout().is_some(), Ordering::Relaxed);
-        self.hot
-            .needs_latency
-            .store(config.trip().needs_latency(), Ordering::Relaxed);
+        // A call's cancellation is judged by how long it waited: the call
+        // must be timed.
+        let times_calls =
+            config.trip().needs_latency() || config.cancelled_failure_after().is_some();
+        self.hot.needs_latency.store(times_calls, Ordering::Relaxed);
         t.needs_clock
             .store(config.trip().needs_clock(), Ordering::Relaxed);
         let slow_ns = config.trip().slow_threshold().map_or(u64::MAX, |d| {
@@ -354,6 +359,17 @@ impl Shared {
             .store(ns(config.first_frame_timeout()), Ordering::Relaxed);
         t.frame_idle_ns
             .store(ns(config.frame_idle_timeout()), Ordering::Relaxed);
+        t.cancelled_failure_ns
+            .store(ns(config.cancelled_failure_after()), Ordering::Relaxed);
+    }
+
+    /// Whether a call made at `start` and dropped now by its caller counts
+    /// as a failure: it waited at least the config's
+    /// `cancelled_failure_after`.
+    pub(crate) fn cancellation_is_failure(&self, start: Option<Instant>) -> bool {
+        let limit = self.tuning.cancelled_failure_ns.load(Ordering::Relaxed);
+        limit != u64::MAX
+            && start.is_some_and(|start| start.elapsed() >= Duration::from_nanos(limit))
     }
 
     /// A streamed body's limits: to its first data frame, and between two.

@@ -151,8 +151,10 @@ impl KeyedPermit {
 
 impl Drop for KeyedPermit {
     fn drop(&mut self) {
-        for leg in self.legs.iter().flatten() {
-            leg.cancel();
+        // A permit's holder says how the call went; one dropped unsaid is
+        // a cancellation, however long it was held.
+        for leg in self.legs.iter_mut().flatten() {
+            leg.cancel(None);
         }
     }
 }

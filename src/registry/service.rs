@@ -20,7 +20,7 @@ use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
 use crate::classify::{Classified, Classify, ErrorsAsFailures, Outcome, Verdict};
 use crate::error::{CircuitOpen, Name};
-use crate::future::{record, Finish, Obligation, Pending, Record};
+use crate::future::{cancel, record, Finish, Obligation, Pending, Record};
 use crate::local::{Lease, Owner};
 use crate::service::{Counts, Settled};
 
@@ -371,10 +371,14 @@ impl Leg {
 
     /// Counts the call as cancelled, unless its outcome was recorded (the
     /// leg is being dropped; a probe's permit goes back as it does).
-    pub(super) fn cancel(&self) {
-        if self.record != Record::Nothing {
-            self.hold.shared().count_cancelled();
-        }
+    pub(super) fn cancel(&mut self, start: Option<Instant>) {
+        cancel(
+            self.hold.shared(),
+            self.generation,
+            &mut self.permit,
+            &mut self.record,
+            start,
+        );
     }
 
     /// Hands the recording on to a streamed body's obligation: `None` if
@@ -564,9 +568,9 @@ pin_project! {
 
     impl<F, C> PinnedDrop for KeyedFuture<F, C> {
         fn drop(this: Pin<&mut Self>) {
-            if let KeyedProj::Called { legs, .. } = this.project().state.project() {
-                for leg in legs.iter().flatten() {
-                    leg.cancel();
+            if let KeyedProj::Called { legs, start, .. } = this.project().state.project() {
+                for leg in legs.iter_mut().flatten() {
+                    leg.cancel(*start);
                 }
             }
         }

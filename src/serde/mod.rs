@@ -18,7 +18,7 @@
 //! | `name` | a string |
 //! | `trip` | a trip policy, below |
 //! | `cooldown`, `min_open`, `max_open`, `probe_interval` | a duration |
-//! | `probe_timeout`, `first_frame_timeout`, `frame_idle_timeout` | a duration, or `"none"` (or null) for no limit |
+//! | `probe_timeout`, `first_frame_timeout`, `frame_idle_timeout`, `cancelled_failure_after` | a duration, or `"none"` (or null) for no limit |
 //! | `backoff`, `jitter` | a number |
 //! | `probes`, `successes_to_close` | a whole number |
 //! | `trip_on_pushback` | `true` or `false` |

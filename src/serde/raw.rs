@@ -74,6 +74,8 @@ pub(super) struct RawConfig {
     first_frame_timeout: Option<Scalar>,
     #[serde(default, deserialize_with = "present")]
     frame_idle_timeout: Option<Scalar>,
+    #[serde(default, deserialize_with = "present")]
+    cancelled_failure_after: Option<Scalar>,
 }
 
 impl RawConfig {
@@ -123,6 +125,9 @@ impl RawConfig {
         if let Some(v) = &self.frame_idle_timeout {
             b = b.frame_idle_timeout(v.optional_duration(&at("frame_idle_timeout"))?);
         }
+        if let Some(v) = &self.cancelled_failure_after {
+            b = b.cancelled_failure_after(v.optional_duration(&at("cancelled_failure_after"))?);
+        }
         Ok(b)
     }
 
@@ -163,6 +168,10 @@ impl RawConfig {
             trip_on_pushback: pick(&self.trip_on_pushback, &base.trip_on_pushback),
             first_frame_timeout: pick(&self.first_frame_timeout, &base.first_frame_timeout),
             frame_idle_timeout: pick(&self.frame_idle_timeout, &base.frame_idle_timeout),
+            cancelled_failure_after: pick(
+                &self.cancelled_failure_after,
+                &base.cancelled_failure_after,
+            ),
         }
     }
 }

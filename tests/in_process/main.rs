@@ -23,6 +23,7 @@ mod adaptive_model;
 mod architecture;
 mod body;
 mod breaker;
+mod cancelled_failure;
 mod chaos;
 mod failover;
 mod fleet_memory;

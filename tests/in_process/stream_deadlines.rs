@@ -231,3 +231,19 @@ fn a_zero_limit_is_a_config_error() {
         assert_eq!(builder.build().unwrap_err().field(), field);
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_dropped_after_the_cancellation_limit_is_a_failure() {
+    let breaker = Breaker::new(
+        config()
+            .cancelled_failure_after(Some(3 * SECOND))
+            .build()
+            .unwrap(),
+    );
+    let svc = provider(&breaker, frozen_after_one_chunk);
+    let response = svc.oneshot(Request::new(())).await.unwrap();
+    advance(5 * SECOND).await;
+    drop(response); // the client hung up on a frozen stream
+    let snap = breaker.snapshot();
+    assert_eq!((snap.counts.failures, snap.counts.cancelled), (1, 0));
+}
