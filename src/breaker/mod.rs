@@ -367,8 +367,8 @@ pub struct Counts {
     pub calls: u64,
     /// Calls refused without calling the inner service.
     pub rejected: u64,
-    /// Of those, calls refused because the breaker's parent (in a
-    /// [`Registry`](crate::registry::Registry) with parents) was open: counted here, in
+    /// Of those, calls refused because the breaker's parent (in a registry
+    /// with parents) was open: counted here, in
     /// the child whose call it was, as well as in the parent's own
     /// `rejected`. A model's breaker thus shows every call its provider
     /// turned away.
