@@ -156,6 +156,15 @@ pub fn builder(policy: impl Into<TripPolicy>) -> ConfigBuilder {
     Config::builder().name("test").trip(policy)
 }
 
+/// A provider's breaker that opens on its first failure, for 10 s: one
+/// call shows what counts as a failure.
+pub fn one_failure_opens(name: &str) -> ConfigBuilder {
+    Config::builder()
+        .name(name)
+        .trip(tower_circuit_breaker::policy::ConsecutiveFailures::new(1))
+        .cooldown(std::time::Duration::from_secs(10))
+}
+
 /// Asserts that a config tripping on `policy` is rejected, naming `field`.
 #[track_caller]
 pub fn assert_policy_rejected(policy: impl Into<TripPolicy>, field: &str) {

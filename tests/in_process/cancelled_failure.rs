@@ -6,17 +6,13 @@
 use std::time::Duration;
 
 use tower::{service_fn, BoxError, Layer, ServiceExt};
-use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::registry::{KeyedLayer, Registry};
-use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, Config, ConfigBuilder, State};
+use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, ConfigBuilder, State};
 
 const SECOND: Duration = Duration::from_secs(1);
 
 fn config() -> ConfigBuilder {
-    Config::builder()
-        .name("provider")
-        .trip(ConsecutiveFailures::new(1))
-        .cooldown(Duration::from_secs(10))
+    crate::common::one_failure_opens("provider")
 }
 
 /// A provider that holds every request.

@@ -294,19 +294,16 @@ async fn buffer_around_a_gate_waits_instead_of_failing_and_is_never_poisoned() {
     assert_eq!(svc.oneshot(9).await.unwrap(), 9, "the buffer still serves");
 }
 
-/// A balancer's endpoints behind a registry's breakers, one per endpoint's
-/// key, in gate mode: the keyed way to balance (a keyed service cannot gate,
-/// since its key comes with the request). The open endpoint's key is
-/// routed around; the registry's snapshot is what the balancer saw.
-#[tokio::test(start_paused = true)]
-async fn p2c_routes_around_an_endpoint_whose_registry_breaker_is_open() {
-    let registry = tower_circuit_breaker::registry::Registry::<String>::new(config());
-    let upstreams: Vec<Flaky> = (0..3).map(|_| Flaky::default()).collect();
+/// A p2c balancer over `upstreams`, each behind its breaker in gate mode
+/// and counted by its pending requests.
+fn gated_balance(
+    upstreams: &[Flaky],
+    breakers: &[Breaker],
+) -> Balance<ServiceList<Vec<PendingRequests<CircuitBreaker<Flaky>>>>, u32> {
     let endpoints: Vec<_> = upstreams
         .iter()
-        .enumerate()
-        .map(|(i, upstream)| {
-            let breaker = registry.get(&format!("pool/{i}")).expect("room");
+        .zip(breakers)
+        .map(|(upstream, breaker)| {
             PendingRequests::new(
                 ServiceBuilder::new()
                     .layer(breaker.layer().readiness(Readiness::Gate))
@@ -315,7 +312,21 @@ async fn p2c_routes_around_an_endpoint_whose_registry_breaker_is_open() {
             )
         })
         .collect();
-    let mut balance = Balance::new(ServiceList::new(endpoints));
+    Balance::new(ServiceList::new(endpoints))
+}
+
+/// A balancer's endpoints behind a registry's breakers, one per endpoint's
+/// key, in gate mode: the keyed way to balance (a keyed service cannot gate,
+/// since its key comes with the request). The open endpoint's key is
+/// routed around; the registry's snapshot is what the balancer saw.
+#[tokio::test(start_paused = true)]
+async fn p2c_routes_around_an_endpoint_whose_registry_breaker_is_open() {
+    let registry = tower_circuit_breaker::registry::Registry::<String>::new(config());
+    let upstreams: Vec<Flaky> = (0..3).map(|_| Flaky::default()).collect();
+    let breakers: Vec<Breaker> = (0..upstreams.len())
+        .map(|i| registry.get(&format!("pool/{i}")).expect("room"))
+        .collect();
+    let mut balance = gated_balance(&upstreams, &breakers);
     upstreams[0].fail(true);
     let state = |key: &str| registry.get(&key.to_string()).expect("room").state();
     for i in 0..200 {
@@ -338,19 +349,7 @@ async fn p2c_routes_around_an_endpoint_whose_registry_breaker_is_open() {
 async fn p2c_routes_around_an_open_endpoint_which_sees_only_probes_then_rejoins() {
     let upstreams: Vec<Flaky> = (0..3).map(|_| Flaky::default()).collect();
     let breakers: Vec<Breaker> = (0..3).map(|_| Breaker::new(config())).collect();
-    let endpoints: Vec<_> = upstreams
-        .iter()
-        .zip(&breakers)
-        .map(|(upstream, breaker)| {
-            PendingRequests::new(
-                ServiceBuilder::new()
-                    .layer(breaker.layer().readiness(Readiness::Gate))
-                    .service(upstream.clone()),
-                CompleteOnResponse::default(),
-            )
-        })
-        .collect();
-    let mut balance = Balance::new(ServiceList::new(endpoints));
+    let mut balance = gated_balance(&upstreams, &breakers);
     let calls = |i: usize| upstreams[i].calls();
     let sick = &upstreams[0];
     sick.fail(true);

@@ -16,9 +16,8 @@ use tokio::time::advance;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_circuit_breaker::body::StreamTimeout;
 use tower_circuit_breaker::classify::StreamingHttp;
-use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::registry::{KeyedLayer, Registry};
-use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, Config, ConfigBuilder, State};
+use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, ConfigBuilder, State};
 
 /// A provider's stream: each chunk after its delay; then it ends, or, when
 /// `then_hold`, stays open sending nothing (the sender is kept alive).
@@ -57,10 +56,7 @@ impl Body for Paced {
 const SECOND: Duration = Duration::from_secs(1);
 
 fn config() -> ConfigBuilder {
-    Config::builder()
-        .name("provider")
-        .trip(ConsecutiveFailures::new(1))
-        .cooldown(Duration::from_secs(10))
+    crate::common::one_failure_opens("provider")
 }
 
 /// A breaker with `config` over a provider answering `200` at once with a
