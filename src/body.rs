@@ -54,13 +54,14 @@ use std::task::{Context, Poll};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Buf;
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 use tower::BoxError;
 
-use crate::classify::{ClassifyEos, Outcome, Verdict};
+use crate::classify::{ClassifyEos, FailureClass, Verdict};
 use crate::future::{Finish, Obligation};
 
 pin_project! {
@@ -85,6 +86,8 @@ pin_project! {
         limits: Option<Box<Limits>>,
         // Ended for its reader by a limit: nothing more is read.
         timed_out: bool,
+        // A breaker's latency runs to the first data frame, still to come.
+        awaits_first_frame: bool,
         // `settle_if_ended::<B, Eos>`, kept here because `Drop` cannot ask
         // for `B: Body`, which it needs to tell an ended body from one
         // abandoned midway.
@@ -253,6 +256,49 @@ fn settle_if_ended<B: Body, Eos: ClassifyEos>(
     }
 }
 
+/// On drop: records the end-of-stream verdict if `inner` reports its end,
+/// else what the judge says of a body left midway (by default nothing: the
+/// obligation, dropped, counts the call as cancelled).
+fn settle_on_drop<B: Body, Eos: ClassifyEos>(
+    inner: &B,
+    pending: &mut Option<(Eos, Obligation)>,
+) -> Result<(), Panic> {
+    settle_if_ended(inner, pending)?;
+    let Some((eos, obligation)) = pending.take() else {
+        return Ok(());
+    };
+    match catch_unwind(AssertUnwindSafe(|| eos.classify_dropped())) {
+        Ok(Some(verdict)) => {
+            obligation.settle(verdict);
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(panic) => {
+            obligation.settle(Verdict::failure(FailureClass::Stream));
+            Err(panic)
+        }
+    }
+}
+
+/// Shows a data frame to a judge that reads data, piece by contiguous
+/// piece, in order: the verdict it gives, if any. Nothing is copied; a
+/// buffer split into more than [`PIECES`] pieces shows its first ones.
+fn judge_data<D: Buf, Eos: ClassifyEos>(data: &D, eos: &mut Eos) -> Option<Verdict> {
+    let chunk = data.chunk();
+    if chunk.len() == data.remaining() {
+        // One piece: every body hyper, axum or tonic hands on (`Bytes`).
+        return eos.classify_data(chunk);
+    }
+    let mut pieces = [std::io::IoSlice::new(&[]); PIECES];
+    let filled = data.chunks_vectored(&mut pieces);
+    pieces[..filled]
+        .iter()
+        .find_map(|piece| eos.classify_data(piece))
+}
+
+/// The most pieces of one split data frame shown to a judge.
+const PIECES: usize = 64;
+
 /// Records the verdict `judge` gives, once. A panic in `judge` records a
 /// failure and is handed back, to be resumed.
 fn settle<Eos: ClassifyEos>(
@@ -268,7 +314,25 @@ fn settle<Eos: ClassifyEos>(
             Ok(())
         }
         Err(panic) => {
-            obligation.settle(Verdict::new(Outcome::Failure));
+            obligation.settle(Verdict::failure(FailureClass::Stream));
+            Err(panic)
+        }
+    }
+}
+
+/// Shows `data` to the pending judge; a verdict it gives is recorded now.
+fn judge<D: Buf, Eos: ClassifyEos>(
+    pending: &mut Option<(Eos, Obligation)>,
+    data: &D,
+) -> Result<(), Panic> {
+    let Some((eos, _)) = pending.as_mut() else {
+        return Ok(());
+    };
+    match catch_unwind(AssertUnwindSafe(|| judge_data(data, eos))) {
+        Ok(None) => Ok(()),
+        Ok(Some(verdict)) => settle(pending, |_| verdict),
+        Err(panic) => {
+            fail(pending);
             Err(panic)
         }
     }
@@ -277,7 +341,7 @@ fn settle<Eos: ClassifyEos>(
 /// Records a failure, if nothing is recorded yet.
 fn fail<Eos>(pending: &mut Option<(Eos, Obligation)>) {
     if let Some((_, obligation)) = pending.take() {
-        obligation.settle(Verdict::new(Outcome::Failure));
+        obligation.settle(Verdict::failure(FailureClass::Stream));
     }
 }
 
@@ -288,12 +352,16 @@ impl<B: Body, Eos: ClassifyEos> BreakerBody<B, Eos> {
             resume_unwind(panic);
         }
         let limits = pending.as_ref().and_then(|(_, o)| Limits::of(o));
+        let awaits_first_frame = pending
+            .as_ref()
+            .is_some_and(|(_, o)| o.awaits_first_frame());
         BreakerBody {
             inner,
             pending,
             limits,
             timed_out: false,
-            on_drop: settle_if_ended::<B, Eos>,
+            awaits_first_frame,
+            on_drop: settle_on_drop::<B, Eos>,
         }
     }
 }
@@ -341,8 +409,19 @@ where
                 resume_unwind(panic)
             }
         };
-        if matches!(&frame, Some(Ok(frame)) if frame.is_data()) {
+        if let Some(data) = frame.as_ref().and_then(|f| f.as_ref().ok()?.data_ref()) {
             Limits::data(this.limits);
+            if std::mem::take(this.awaits_first_frame) {
+                if let Some((_, obligation)) = this.pending.as_mut() {
+                    obligation.first_frame();
+                }
+            }
+            // A judge of data frames sees this one before its reader does.
+            if Eos::READS_DATA {
+                if let Err(panic) = judge(this.pending, data) {
+                    resume_unwind(panic);
+                }
+            }
         }
         let settled = match &frame {
             Some(Ok(frame)) => match frame.trailers_ref() {

@@ -33,6 +33,7 @@ const MAX_OPEN_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// | `first_frame_timeout` | none | a streamed body whose first data frame takes longer (after its head) ends with [`StreamTimeout`](crate::body::StreamTimeout) and counts as a failure |
 /// | `frame_idle_timeout` | none | a streamed body silent longer between data frames does the same |
 /// | `cancelled_failure_after` | never | a call dropped by its caller after waiting this long counts as a failure, not a cancellation |
+/// | `latency_to` | [`LatencyTo::FirstFrame`] | what a timed call's latency (for slow-call policies) runs to: its head, its first data frame, or its end |
 ///
 /// ```
 /// use std::time::Duration;
@@ -82,6 +83,50 @@ pub(crate) struct Settings {
     frame_idle_timeout_ns: u64,
     /// `u64::MAX`: never.
     cancelled_failure_after_ns: u64,
+    latency_to: LatencyTo,
+}
+
+/// What a call's latency runs to, for the policies that time calls
+/// ([`SlowCalls`](crate::policy::SlowCalls), an adaptive policy's
+/// slow-call fallback): set by [`ConfigBuilder::latency_to`].
+///
+/// A call whose response is judged at once (no streamed body) ends at its
+/// head, whichever is chosen. For a streamed body (server-sent events, a
+/// gRPC stream), the default is the first data frame: the time to the first
+/// token is what a model provider's caller waits through and what a
+/// struggling provider stretches, while the time to the end grows with the
+/// length of the answer, healthy or not.
+///
+/// ```
+/// use tower_circuit_breaker::{Config, LatencyTo};
+///
+/// let config = Config::builder().latency_to(LatencyTo::End).build()?;
+/// assert_eq!(config.latency_to(), LatencyTo::End);
+/// assert_eq!(Config::default().latency_to(), LatencyTo::FirstFrame);
+/// # Ok::<_, tower_circuit_breaker::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LatencyTo {
+    /// To the response's head: how long the upstream took to answer at all.
+    Head,
+    /// To a streamed body's first data frame (its head, for a response
+    /// judged at once; its end, for a body that ends with no data).
+    #[default]
+    FirstFrame,
+    /// To the end of a streamed body: how long the whole answer took.
+    End,
+}
+
+impl LatencyTo {
+    /// Its name in configs: `head`, `first_frame`, `end`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LatencyTo::Head => "head",
+            LatencyTo::FirstFrame => "first_frame",
+            LatencyTo::End => "end",
+        }
+    }
 }
 
 impl Settings {
@@ -199,6 +244,11 @@ impl Config {
             .then(|| Duration::from_nanos(self.settings.cancelled_failure_after_ns))
     }
 
+    /// What a timed call's latency runs to.
+    pub fn latency_to(&self) -> LatencyTo {
+        self.settings.latency_to
+    }
+
     /// How long a streamed body may stay silent between data frames.
     pub fn frame_idle_timeout(&self) -> Option<Duration> {
         (self.settings.frame_idle_timeout_ns != u64::MAX)
@@ -276,6 +326,7 @@ impl Default for Settings {
             first_frame_timeout_ns: u64::MAX,
             frame_idle_timeout_ns: u64::MAX,
             cancelled_failure_after_ns: u64::MAX,
+            latency_to: LatencyTo::FirstFrame,
         }
     }
 }
@@ -415,6 +466,14 @@ impl ConfigBuilder {
     /// permits keep counting a drop as a cancellation.
     pub fn cancelled_failure_after(mut self, wait: Option<Duration>) -> Self {
         self.settings.cancelled_failure_after_ns = wait.map_or(u64::MAX, nanos);
+        self
+    }
+
+    /// Sets what a timed call's latency runs to, for slow-call policies
+    /// (default: [`LatencyTo::FirstFrame`], the time to the first token;
+    /// see [`LatencyTo`] for why).
+    pub fn latency_to(mut self, to: LatencyTo) -> Self {
+        self.settings.latency_to = to;
         self
     }
 

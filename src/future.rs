@@ -7,13 +7,15 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use crate::breaker::admission::Permit;
 use crate::breaker::shared::Shared;
-use crate::classify::{Classified, Classify, Outcome, Verdict};
+use crate::classify::{Classified, Classify, FailureClass, Outcome, Verdict};
+use crate::config::LatencyTo;
 use crate::error::CircuitOpen;
 use crate::local::Lease;
 
@@ -88,7 +90,7 @@ pub(crate) fn cancel(
     }
     if shared.cancellation_is_failure(start) {
         if let Some(count_only) = what.take() {
-            let failure = Verdict::new(Outcome::Failure);
+            let failure = Verdict::failure(FailureClass::Timeout);
             record(shared, generation, permit, failure, start, count_only);
         }
     } else {
@@ -137,8 +139,7 @@ fn record_slow(
     match permit.take().map(|permit| *permit) {
         None => shared.record_closed(
             generation,
-            verdict.outcome(),
-            verdict.retry_after(),
+            verdict,
             // One clock read gives both the latency and the time to record
             // it at.
             start.map(|start| {
@@ -150,7 +151,7 @@ fn record_slow(
             Outcome::Success => permit.succeed(),
             Outcome::Failure => permit.fail(verdict.retry_after()),
             Outcome::Ignore => {
-                shared.record_closed(generation, Outcome::Ignore, None, None);
+                shared.record_closed(generation, verdict, None);
                 drop(permit);
             }
         },
@@ -376,14 +377,14 @@ impl Recorder<'_> {
             return None;
         }
         let what = std::mem::replace(self.what, Record::Nothing);
-        Some(Obligation::one(Pending {
-            shared: Arc::clone(self.shared),
-            internal: false,
-            generation: self.generation,
-            permit: self.permit.take(),
+        Some(Obligation::one(Pending::new(
+            Arc::clone(self.shared),
+            false,
+            self.generation,
+            self.permit.take(),
             what,
-            start: self.start,
-        }))
+            self.start,
+        )))
     }
 }
 
@@ -409,19 +410,69 @@ pub(crate) struct Pending {
     pub(crate) permit: Option<Box<Permit>>,
     pub(crate) what: Record,
     pub(crate) start: Option<Instant>,
+    /// The call's latency, once taken where its breaker's `latency_to`
+    /// says (the head, the first data frame); `None` runs it to the end.
+    pub(crate) latency: Option<Duration>,
 }
 
 impl Pending {
+    /// The obligation of a call admitted in `generation` (a probe's with
+    /// its `permit`) and started at `start`, its head just in: a latency
+    /// that runs to the head is taken now.
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        internal: bool,
+        generation: u32,
+        permit: Option<Box<Permit>>,
+        what: Record,
+        start: Option<Instant>,
+    ) -> Self {
+        let mut pending = Pending {
+            shared,
+            internal,
+            generation,
+            permit,
+            what,
+            start,
+            latency: None,
+        };
+        pending.measure_if(LatencyTo::Head);
+        pending
+    }
+
+    /// A timed call at a breaker whose latency stops at `to`: its latency
+    /// is taken now.
+    fn measure_if(&mut self, to: LatencyTo) {
+        if let (Some(start), None) = (self.start, self.latency) {
+            if self.shared.latency_to() == to {
+                self.latency = Some(start.elapsed());
+            }
+        }
+    }
+
+    /// Whether the latency still waits for a first data frame.
+    fn awaits_first_frame(&self) -> bool {
+        self.start.is_some()
+            && self.latency.is_none()
+            && self.shared.latency_to() == LatencyTo::FirstFrame
+    }
+
     fn settle(&mut self, verdict: Verdict) {
         let Some(count_only) = self.what.take() else {
             return;
+        };
+        // A latency taken earlier stands: the call is recorded now with
+        // it, as if it had started that long ago.
+        let start = match self.latency {
+            Some(latency) => Instant::now().checked_sub(latency).or(self.start),
+            None => self.start,
         };
         record(
             &self.shared,
             self.generation,
             &mut self.permit,
             verdict,
-            self.start,
+            start,
             count_only,
         );
     }
@@ -461,6 +512,26 @@ impl Obligation {
             (Some(first), second) => Some(Obligation { first, second }),
             (None, Some(first)) => Some(Obligation::one(first)),
             (None, None) => None,
+        }
+    }
+
+    /// Whether a breaker's latency waits for the body's first data frame.
+    #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
+    pub(crate) fn awaits_first_frame(&self) -> bool {
+        self.first.awaits_first_frame()
+            || self
+                .second
+                .as_ref()
+                .is_some_and(Pending::awaits_first_frame)
+    }
+
+    /// The body's first data frame came: latencies that run to it are
+    /// taken.
+    #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
+    pub(crate) fn first_frame(&mut self) {
+        self.first.measure_if(LatencyTo::FirstFrame);
+        if let Some(second) = &mut self.second {
+            second.measure_if(LatencyTo::FirstFrame);
         }
     }
 

@@ -344,7 +344,7 @@ mod sync;
 mod tonic;
 
 pub use breaker::{Breaker, BreakerGroup, Counts, Snapshot};
-pub use config::{Config, ConfigBuilder};
+pub use config::{Config, ConfigBuilder, LatencyTo};
 pub use error::{CircuitOpen, ConfigError, HoldsCircuitOpen};
 pub use events::State;
 pub use failover::Failover;

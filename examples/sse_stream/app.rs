@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::body::BreakerBody;
-use tower_circuit_breaker::classify::{StreamingHttp, Verdict};
+use tower_circuit_breaker::classify::{HttpEos, StreamingHttp};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::{
     Breaker, CircuitBreakerLayer, CircuitOpen, Config, ConfigError, State,
@@ -108,7 +108,7 @@ pub fn breaker() -> Result<Breaker, ConfigError> {
 
 /// The response of a guarded call: its body records the outcome when the
 /// stream ends.
-pub type Streamed = Response<BreakerBody<Incoming, Verdict>>;
+pub type Streamed = Response<BreakerBody<Incoming, HttpEos>>;
 
 /// The guarded client: a breaker judging at the end of the body over hyper-util's client, whose
 /// errors become `BoxError` so that they can hold the breaker's refusal.

@@ -57,11 +57,11 @@ use tokio::time::Instant;
 use super::clones::Clones;
 use super::fleet::FleetLink;
 use super::state::{Manual, Tag, Word};
-use crate::config::{Config, Settings};
+use crate::config::{Config, LatencyTo, Settings};
 use crate::events::State;
 use crate::events::{Origin, Transition};
 use crate::millis::millis_up;
-use crate::outcome::Outcome;
+use crate::outcome::Verdict;
 use crate::policy::{PolicyState, TripReason};
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Mutex, MutexGuard, Ordering};
 
@@ -200,8 +200,7 @@ impl std::ops::DerefMut for BookGuard<'_> {
 
 /// Takes the outcomes of calls a retired breaker admitted: the breaker its
 /// registry now holds for the same key.
-pub(crate) type Successor =
-    Arc<dyn Fn(Outcome, Option<Duration>, Option<(Duration, Instant)>) + Send + Sync>;
+pub(crate) type Successor = Arc<dyn Fn(Verdict, Option<(Duration, Instant)>) + Send + Sync>;
 
 /// What lock-free paths read of the config, kept up to date by `tune`.
 #[derive(Default)]
@@ -223,6 +222,8 @@ struct Tuning {
     /// How long a call waits before its cancellation is a failure, in
     /// nanoseconds (`u64::MAX`: never).
     cancelled_failure_ns: AtomicU64,
+    /// What a timed call's latency runs to (`LatencyTo` as its index).
+    latency_to: AtomicU8,
 }
 
 #[repr(C)]
@@ -361,6 +362,22 @@ impl Shared {
             .store(ns(config.frame_idle_timeout()), Ordering::Relaxed);
         t.cancelled_failure_ns
             .store(ns(config.cancelled_failure_after()), Ordering::Relaxed);
+        let to = match config.latency_to() {
+            LatencyTo::Head => 0,
+            LatencyTo::FirstFrame => 1,
+            LatencyTo::End => 2,
+        };
+        t.latency_to.store(to, Ordering::Relaxed);
+    }
+
+    /// What a timed call's latency runs to.
+    #[cfg_attr(not(feature = "http-body"), allow(dead_code))]
+    pub(crate) fn latency_to(&self) -> LatencyTo {
+        match self.tuning.latency_to.load(Ordering::Relaxed) {
+            0 => LatencyTo::Head,
+            1 => LatencyTo::FirstFrame,
+            _ => LatencyTo::End,
+        }
     }
 
     /// Whether a call made at `start` and dropped now by its caller counts

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Response};
 
-use super::{Classified, Classify, ClassifyEos, HttpClassifier, Outcome, Verdict};
+use super::{Classified, Classify, ClassifyEos, FailureClass, HttpClassifier, Outcome, Verdict};
 
 /// Classifies gRPC responses by their `grpc-status`:
 ///
@@ -65,7 +65,15 @@ impl GrpcClassifier {
             Some(2 | 13) | None if self.internal_is_failure => Outcome::Failure,
             _ => Outcome::Ignore,
         };
-        let verdict = Verdict::new(outcome);
+        let mut verdict = Verdict::new(outcome);
+        if outcome == Outcome::Failure {
+            verdict = verdict.with_class(match code {
+                Some(8) => FailureClass::RateLimited,
+                Some(14) => FailureClass::Overloaded,
+                Some(4) => FailureClass::Timeout,
+                _ => FailureClass::ServerError,
+            });
+        }
         if self.ignore_pushback || outcome != Outcome::Failure {
             return verdict;
         }

@@ -6,7 +6,7 @@ use http::{HeaderValue, Response, StatusCode};
 
 use std::convert::Infallible;
 
-use super::{Classified, Classify, Outcome, Verdict};
+use super::{Classified, Classify, FailureClass, Outcome, Verdict};
 
 /// Classifies `http::Response`s by status, the way a model-provider client
 /// wants:
@@ -86,6 +86,30 @@ impl HttpClassifier {
         self
     }
 
+    /// The class of a failing status: 429 rate-limited; 503 and 529
+    /// overloaded; 408 and 504 a timeout; any other 5xx a server error.
+    /// `None` for a status that is no failure.
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use tower_circuit_breaker::classify::{FailureClass, HttpClassifier};
+    ///
+    /// let overloaded = StatusCode::from_u16(529).unwrap();
+    /// assert_eq!(HttpClassifier::class(overloaded), Some(FailureClass::Overloaded));
+    /// assert_eq!(HttpClassifier::class(StatusCode::OK), None);
+    /// ```
+    pub fn class(status: StatusCode) -> Option<FailureClass> {
+        if Self::outcome(status) != Outcome::Failure {
+            return None;
+        }
+        Some(match status.as_u16() {
+            429 => FailureClass::RateLimited,
+            503 | 529 => FailureClass::Overloaded,
+            408 | 504 => FailureClass::Timeout,
+            _ => FailureClass::ServerError,
+        })
+    }
+
     /// The outcome for a status code alone.
     pub fn outcome(status: StatusCode) -> Outcome {
         if status.is_server_error()
@@ -111,14 +135,17 @@ impl<B, E> Classify<Response<B>, E> for HttpClassifier {
 
 impl HttpClassifier {
     /// The verdict on a response, or on the error in its place.
-    fn verdict<B, E>(&self, result: Result<&Response<B>, &E>) -> Verdict {
+    pub(crate) fn verdict<B, E>(&self, result: Result<&Response<B>, &E>) -> Verdict {
         let response = match result {
             Ok(response) => response,
-            Err(_) => return Verdict::new(Outcome::Failure),
+            Err(_) => return Verdict::failure(FailureClass::Other),
         };
         warn_if_grpc(response);
         let status = response.status();
-        let verdict = Verdict::new(Self::outcome(status));
+        let verdict = match Self::class(status) {
+            Some(class) => Verdict::failure(class),
+            None => Verdict::new(Self::outcome(status)),
+        };
         if verdict.outcome() != Outcome::Failure
             || (self.ignore_retry_after && self.ignore_reset_headers)
         {

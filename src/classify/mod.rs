@@ -31,6 +31,10 @@ mod http;
 #[cfg(feature = "tower-http")]
 mod interop;
 #[cfg(feature = "http-body")]
+mod scan;
+#[cfg(feature = "http-body")]
+mod sse;
+#[cfg(feature = "http-body")]
 mod stream;
 #[cfg(feature = "tonic")]
 pub(crate) mod tonic;
@@ -41,7 +45,7 @@ use std::error::Error;
 use ::http::HeaderMap;
 
 pub use self::http::{parse_retry_after, HttpClassifier};
-pub use crate::outcome::{Outcome, Verdict};
+pub use crate::outcome::{FailureClass, Outcome, Verdict};
 #[cfg(feature = "http-body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http-body")))]
 pub use grpc::{grpc_status, parse_pushback, GrpcClassifier};
@@ -50,7 +54,10 @@ pub use grpc::{grpc_status, parse_pushback, GrpcClassifier};
 pub use interop::TowerHttp;
 #[cfg(feature = "http-body")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http-body")))]
-pub use stream::StreamingHttp;
+pub use sse::{SseErrors, SseJudge};
+#[cfg(feature = "http-body")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http-body")))]
+pub use stream::{HttpEos, StreamingHttp};
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub use tonic::TonicClassifier;
@@ -153,18 +160,40 @@ impl<Eos> From<Outcome> for Classified<Eos> {
 }
 
 /// Judges a streamed body when it ends, for a [`Classify`] that deferred
-/// to it.
+/// to it, and, if it wants, its data frames as they pass.
 ///
 /// A body that ends (all data read, trailers included) is judged by
 /// [`classify_eos`](ClassifyEos::classify_eos); one that fails midway by
-/// [`classify_body_error`](ClassifyEos::classify_body_error) (a failure by
-/// default). A body dropped before its end (the caller walked away) counts
-/// as cancelled, neither way. A panic here, or in the body, counts as a
-/// failure and is resumed to the body's reader.
+/// [`classify_body_error`](ClassifyEos::classify_body_error) (a failure of
+/// class [`Stream`](FailureClass::Stream) by default). A body dropped before
+/// its end (the caller walked away) counts as cancelled, neither way, unless
+/// [`classify_dropped`](ClassifyEos::classify_dropped) says otherwise. A
+/// panic here, or in the body, counts as a failure and is resumed to the
+/// body's reader.
+///
+/// A judge that sets [`READS_DATA`](ClassifyEos::READS_DATA) sees each data
+/// frame's bytes, by reference, before the reader gets the frame
+/// ([`classify_data`](ClassifyEos::classify_data)): nothing is buffered or
+/// copied for it, and a verdict it gives there is recorded at once (the
+/// rest of the body then passes untouched). [`SseErrors`] is such a judge.
+/// A judge that does not costs nothing per frame: the body never asks.
 ///
 /// A [`Verdict`] is the simplest judge: the verdict it holds, given when
 /// the body ends ([`StreamingHttp`] defers to a success that way).
 pub trait ClassifyEos: Send + 'static {
+    /// Whether [`classify_data`](ClassifyEos::classify_data) is to be
+    /// called: false (the default) for judges that only look at the end.
+    const READS_DATA: bool = false;
+
+    /// A data frame passed, in order: `data` is one contiguous piece of it
+    /// (a frame whose buffer is split comes in as many calls, in order).
+    /// A verdict here decides the call now; `None` reads on. Only called
+    /// when [`READS_DATA`](ClassifyEos::READS_DATA) is true.
+    fn classify_data(&mut self, data: &[u8]) -> Option<Verdict> {
+        let _ = data;
+        None
+    }
+
     /// The body ended; `trailers` are its trailers, if any.
     fn classify_eos(self, trailers: Option<&HeaderMap>) -> Verdict;
 
@@ -173,7 +202,17 @@ pub trait ClassifyEos: Send + 'static {
     where
         Self: Sized,
     {
-        Verdict::new(Outcome::Failure)
+        Verdict::failure(FailureClass::Stream)
+    }
+
+    /// The body was dropped before its end: `None` (the default) counts the
+    /// call as cancelled; a judge whose verdict was known before the body
+    /// (a failing status whose body only adds a hint) gives it here.
+    fn classify_dropped(self) -> Option<Verdict>
+    where
+        Self: Sized,
+    {
+        None
     }
 }
 

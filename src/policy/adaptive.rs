@@ -1210,6 +1210,7 @@ mod tests {
     fn outcome(failure: bool) -> Sample {
         Sample {
             failure,
+            class: None,
             elapsed: None,
         }
     }

@@ -12,10 +12,12 @@
 //! | [`SlowCalls`] | share of slow calls reaches a rate | the dependency degrades by slowing down before it fails |
 //! | [`Adaptive`] | recent outcomes are significantly worse than the dependency's learned baseline, by a sequential test with a stated false-trip rate | the normal failure rate is not zero, differs between dependencies, or drifts |
 //! | [`TripPolicy::any_of`] | any member trips | you want a fast trip on a hard outage and a rate for partial ones |
+//! | [`PerClass`] | the policy of one failure class trips (each counts its class's failures apart) | kinds of failure weigh differently: 3 timeouts, but 20 rate limits |
 
 mod adaptive;
 mod consecutive;
 mod count_window;
+mod per_class;
 mod slow_calls;
 mod time_window;
 
@@ -25,10 +27,12 @@ use std::time::Duration;
 pub use adaptive::Adaptive;
 pub use consecutive::ConsecutiveFailures;
 pub use count_window::CountWindow;
+pub use per_class::PerClass;
 pub use slow_calls::{SlowCalls, Window};
 pub use time_window::TimeWindow;
 
 use crate::error::ConfigError;
+use crate::outcome::FailureClass;
 
 /// The rule that decides when a closed breaker opens.
 ///
@@ -52,6 +56,8 @@ pub enum TripPolicy {
     /// Trips when any member trips; the first member (in order) that trips
     /// is the one the transition names.
     AnyOf(Vec<TripPolicy>),
+    /// See [`PerClass`].
+    PerClass(PerClass),
 }
 
 impl TripPolicy {
@@ -79,6 +85,7 @@ impl TripPolicy {
             TripPolicy::TimeWindow(p) => p.validate(&format!("{path}.time_window")),
             TripPolicy::SlowCalls(p) => p.validate(&format!("{path}.slow_calls")),
             TripPolicy::Adaptive(p) => p.validate(&format!("{path}.adaptive")),
+            TripPolicy::PerClass(p) => p.validate(&format!("{path}.per_class")),
             TripPolicy::AnyOf(list) => {
                 if list.is_empty() {
                     return Err(ConfigError::new(
@@ -102,6 +109,7 @@ impl TripPolicy {
             TripPolicy::TimeWindow(_) | TripPolicy::SlowCalls(_) => true,
             TripPolicy::Adaptive(p) => p.needs_clock(),
             TripPolicy::AnyOf(list) => list.iter().any(TripPolicy::needs_clock),
+            TripPolicy::PerClass(p) => p.members().any(TripPolicy::needs_clock),
         }
     }
 
@@ -111,6 +119,7 @@ impl TripPolicy {
             TripPolicy::SlowCalls(_) => true,
             TripPolicy::Adaptive(p) => p.needs_latency(),
             TripPolicy::AnyOf(list) => list.iter().any(TripPolicy::needs_latency),
+            TripPolicy::PerClass(p) => p.members().any(TripPolicy::needs_latency),
             _ => false,
         }
     }
@@ -122,6 +131,7 @@ impl TripPolicy {
             TripPolicy::SlowCalls(p) => Some(p.threshold()),
             TripPolicy::Adaptive(p) => p.fallback_policy().slow_threshold(),
             TripPolicy::AnyOf(list) => list.iter().filter_map(TripPolicy::slow_threshold).min(),
+            TripPolicy::PerClass(p) => p.members().filter_map(TripPolicy::slow_threshold).min(),
             _ => None,
         }
     }
@@ -147,7 +157,8 @@ from_policy!(
     CountWindow,
     TimeWindow,
     SlowCalls,
-    Adaptive
+    Adaptive,
+    PerClass
 );
 
 /// Why a breaker opened: the policy that tripped and its figures, or a
@@ -191,6 +202,14 @@ pub enum TripReason {
         /// The baseline failure rate learned, in [0, 1].
         baseline: f64,
     },
+    /// A [`PerClass`] member tripped: the class whose failures it counts,
+    /// and its own reason.
+    PerClass {
+        /// The failures' class.
+        class: crate::outcome::FailureClass,
+        /// Why that class's policy tripped.
+        reason: Box<TripReason>,
+    },
     /// A half-open probe failed.
     ProbeFailed,
     /// A half-open probe was still running after the probe timeout.
@@ -228,6 +247,7 @@ impl TripReason {
             TripReason::FailureRate { .. } => "time_window",
             TripReason::SlowCallRate { .. } => "slow_calls",
             TripReason::Adaptive { .. } => "adaptive",
+            TripReason::PerClass { reason, .. } => reason.policy(),
             TripReason::ProbeFailed => "probe_failed",
             TripReason::ProbeTimedOut => "probe_timed_out",
             TripReason::Manual => "manual",
@@ -265,6 +285,7 @@ impl fmt::Display for TripReason {
                 "{failures} failures in the last {calls} calls, significantly above the baseline failure rate of {:.2}%",
                 baseline * 100.0
             ),
+            TripReason::PerClass { class, reason } => write!(f, "{reason} of class {class}"),
             TripReason::ProbeFailed => f.write_str("half-open probe failed"),
             TripReason::ProbeTimedOut => f.write_str("half-open probe timed out"),
             TripReason::Manual => f.write_str("set by an operator"),
@@ -335,12 +356,21 @@ pub enum PolicyFigures {
     },
     /// Figures of each member, in order.
     AnyOf(Vec<PolicyFigures>),
+    /// The figures of a [`PerClass`]: its rest's, and each class's.
+    PerClass {
+        /// The policy of the failures of classes not named.
+        rest: Box<PolicyFigures>,
+        /// Each class named, with its policy's figures.
+        classes: Vec<(crate::outcome::FailureClass, PolicyFigures)>,
+    },
 }
 
 /// One recorded closed-state outcome.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Sample {
     pub(crate) failure: bool,
+    /// A failure's class, if its classifier said.
+    pub(crate) class: Option<FailureClass>,
     /// The call's latency, when a policy times calls.
     pub(crate) elapsed: Option<Duration>,
 }
@@ -356,6 +386,7 @@ pub(crate) enum PolicyState {
     SlowCalls(Box<slow_calls::SlowRate>),
     Adaptive(Box<adaptive::Detector>),
     AnyOf(Vec<PolicyState>),
+    PerClass(Box<per_class::Split>),
 }
 
 impl PolicyState {
@@ -377,6 +408,7 @@ impl PolicyState {
             TripPolicy::AnyOf(list) => {
                 PolicyState::AnyOf(list.iter().map(PolicyState::new).collect())
             }
+            TripPolicy::PerClass(p) => PolicyState::PerClass(Box::new(per_class::Split::new(p))),
         }
     }
 
@@ -393,6 +425,7 @@ impl PolicyState {
                 .iter_mut()
                 .map(|p| p.record(sample, now_ms))
                 .fold(None, |first, trip| first.or(trip)),
+            PolicyState::PerClass(p) => p.record(sample, now_ms),
         }
     }
 
@@ -409,6 +442,7 @@ impl PolicyState {
             PolicyState::SlowCalls(p) => p.success_matters(),
             PolicyState::Adaptive(_) => true,
             PolicyState::AnyOf(list) => list.iter().any(PolicyState::success_matters),
+            PolicyState::PerClass(p) => p.members().any(PolicyState::success_matters),
         }
     }
 
@@ -418,6 +452,7 @@ impl PolicyState {
         match self {
             PolicyState::Adaptive(_) => true,
             PolicyState::AnyOf(list) => list.iter().any(PolicyState::records_every_success),
+            PolicyState::PerClass(p) => p.members().any(PolicyState::records_every_success),
             _ => false,
         }
     }
@@ -453,6 +488,7 @@ impl PolicyState {
                 }
             }
             PolicyState::AnyOf(list) => list.iter_mut().for_each(|p| p.each_buckets(f)),
+            PolicyState::PerClass(p) => p.members_mut().for_each(|p| p.each_buckets(f)),
             PolicyState::Consecutive(_)
             | PolicyState::CountWindow(_)
             | PolicyState::Adaptive(_) => {}
@@ -469,6 +505,7 @@ impl PolicyState {
             PolicyState::SlowCalls(p) => p.reset(),
             PolicyState::Adaptive(p) => p.reset(),
             PolicyState::AnyOf(list) => list.iter_mut().for_each(PolicyState::reset),
+            PolicyState::PerClass(p) => p.members_mut().for_each(PolicyState::reset),
         }
     }
 
@@ -498,6 +535,7 @@ impl PolicyState {
             PolicyState::AnyOf(list) => {
                 PolicyFigures::AnyOf(list.iter().map(|p| p.figures(now_ms)).collect())
             }
+            PolicyState::PerClass(p) => p.figures(now_ms),
         }
     }
 }

@@ -83,7 +83,7 @@ pub use service::{KeyedCircuitBreaker, KeyedFuture, KeyedLayer, RECENT_KEYS};
 
 use crate::breaker::shared::{Shared, Successor, EVENT_CAPACITY};
 use crate::breaker::{Breaker, BreakerGroup, Snapshot};
-use crate::classify::Outcome;
+use crate::classify::{Outcome, Verdict};
 use crate::config::Config;
 use crate::events::Transition;
 use crate::State;
@@ -512,18 +512,18 @@ where
     /// weakly: an evicted breaker does not keep it alive.
     fn successor(&self, key: K) -> Successor {
         let registry = Arc::downgrade(&self.inner);
-        Arc::new(move |outcome, hint, timing| {
+        Arc::new(move |verdict: Verdict, timing| {
             let Some(inner) = registry.upgrade() else {
                 return;
             };
             let registry = Registry { inner };
             let hash = registry.hash(&key);
-            let breaker = match outcome {
+            let breaker = match verdict.outcome() {
                 Outcome::Failure => registry.get_hashed(&key, hash).ok(),
                 _ => registry.find(&key, hash, None),
             };
             if let Some(breaker) = breaker {
-                breaker.shared.record_forwarded(outcome, hint, timing);
+                breaker.shared.record_forwarded(verdict, timing);
             }
         })
     }

@@ -389,14 +389,14 @@ impl Leg {
         }
         let shared = Arc::clone(self.hold.shared());
         shared.note_internal_handle(true);
-        Some(Pending {
+        Some(Pending::new(
             shared,
-            internal: true,
-            generation: self.generation,
-            permit: self.permit.take(),
-            what: std::mem::replace(&mut self.record, Record::Nothing),
+            true,
+            self.generation,
+            self.permit.take(),
+            std::mem::replace(&mut self.record, Record::Nothing),
             start,
-        })
+        ))
     }
 
     #[inline(always)]

@@ -22,6 +22,7 @@
 //! | `backoff`, `jitter` | a number |
 //! | `probes`, `successes_to_close` | a whole number |
 //! | `trip_on_pushback` | `true` or `false` |
+//! | `latency_to` | `"head"`, `"first_frame"` or `"end"` |
 //!
 //! Durations are strings of whole numbers with units, largest first
 //! (`"30s"`, `"250ms"`, `"5m"`, `"1h"`, `"1m30s"`; see [`parse_duration`]).
@@ -35,6 +36,7 @@
 //! | `slow_calls` | **`slower_than`**, `rate`, `over_calls` or `over_time = { length, buckets }`, `min_calls` |
 //! | `adaptive` | `false_trips_per_million`, `min_degradation`, `warm_up`, `ceiling`, `baseline_horizon`, `fallback` (a policy) |
 //! | `any_of` | a list of policies |
+//! | `per_class` | **`rest`** (a policy), `classes` (a table from a failure class's name, such as `timeout` or `rate_limited`, to a policy) |
 //!
 //! Fields left out keep the builders' defaults.
 //!

@@ -15,11 +15,12 @@ use ::serde::de::{self, Deserializer, MapAccess, Visitor};
 use ::serde::Deserialize;
 
 use super::scalar::{present, required, Scalar};
+use crate::classify::FailureClass;
 use crate::error::ConfigError;
 use crate::policy::{
-    Adaptive, ConsecutiveFailures, CountWindow, SlowCalls, TimeWindow, TripPolicy,
+    Adaptive, ConsecutiveFailures, CountWindow, PerClass, SlowCalls, TimeWindow, TripPolicy,
 };
-use crate::{Config, ConfigBuilder};
+use crate::{Config, ConfigBuilder, LatencyTo};
 
 /// `prefix.field`, or `field` at the top.
 pub(super) fn join(prefix: &str, field: &str) -> String {
@@ -76,6 +77,8 @@ pub(super) struct RawConfig {
     frame_idle_timeout: Option<Scalar>,
     #[serde(default, deserialize_with = "present")]
     cancelled_failure_after: Option<Scalar>,
+    #[serde(default, deserialize_with = "present")]
+    latency_to: Option<Scalar>,
 }
 
 impl RawConfig {
@@ -128,6 +131,17 @@ impl RawConfig {
         if let Some(v) = &self.cancelled_failure_after {
             b = b.cancelled_failure_after(v.optional_duration(&at("cancelled_failure_after"))?);
         }
+        if let Some(v) = &self.latency_to {
+            let path = at("latency_to");
+            let text = v.text(&path)?;
+            let to = [LatencyTo::Head, LatencyTo::FirstFrame, LatencyTo::End]
+                .into_iter()
+                .find(|to| to.name() == text)
+                .ok_or_else(|| {
+                    ConfigError::new(path, "must be one of `head`, `first_frame`, `end`")
+                })?;
+            b = b.latency_to(to);
+        }
         Ok(b)
     }
 
@@ -172,6 +186,7 @@ impl RawConfig {
                 &self.cancelled_failure_after,
                 &base.cancelled_failure_after,
             ),
+            latency_to: pick(&self.latency_to, &base.latency_to),
         }
     }
 }
@@ -186,6 +201,15 @@ pub(super) enum RawTrip {
     SlowCalls(RawSlowCalls),
     Adaptive(RawAdaptive),
     AnyOf(Vec<RawTrip>),
+    PerClass(RawPerClass),
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPerClass {
+    rest: Box<RawTrip>,
+    #[serde(default)]
+    classes: std::collections::BTreeMap<String, RawTrip>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -351,6 +375,21 @@ impl RawTrip {
                 }
                 if let Some(fallback) = &raw.fallback {
                     policy = policy.fallback(fallback.policy(&at("fallback"))?);
+                }
+                policy.into()
+            }
+            RawTrip::PerClass(raw) => {
+                let at = |field: &str| format!("{path}.per_class.{field}");
+                let mut policy = PerClass::new(raw.rest.policy(&at("rest"))?);
+                for (name, member) in &raw.classes {
+                    let class_path = at(&format!("classes.{name}"));
+                    let class = FailureClass::from_name(name).ok_or_else(|| {
+                        ConfigError::new(
+                            class_path.clone(),
+                            "is no failure class (rate_limited, overloaded, timeout, server_error, stream, other)",
+                        )
+                    })?;
+                    policy = policy.class(class, member.policy(&class_path)?);
                 }
                 policy.into()
             }

@@ -40,7 +40,8 @@ impl Serialize for Counts {
 /// As a struct: `policy` (the name [`TripReason::policy`] gives), the
 /// figures of the trip if any (`failures`, `window`, `calls`, `slow`,
 /// `baseline` for an adaptive policy, or `retry_after_ms` for a pushback),
-/// and `message`, the reason in words.
+/// and `message`, the reason in words; a per-class trip has its `class` and
+/// its member's `reason`.
 impl Serialize for TripReason {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         // Whole-number figures, then an adaptive trip's baseline or a
@@ -66,6 +67,14 @@ impl Serialize for TripReason {
                 None,
             ),
             TripReason::Pushback { retry_after } => (&[], None, Some(millis_up(retry_after))),
+            TripReason::PerClass { class, ref reason } => {
+                let mut s = serializer.serialize_struct("TripReason", 4)?;
+                s.serialize_field("policy", self.policy())?;
+                s.serialize_field("class", class.name())?;
+                s.serialize_field("reason", reason)?;
+                s.serialize_field("message", &self.to_string())?;
+                return s.end();
+            }
             TripReason::ProbeFailed
             | TripReason::ProbeTimedOut
             | TripReason::Manual
@@ -93,8 +102,9 @@ impl Serialize for TripReason {
 }
 
 /// As a struct: `policy` (`consecutive_failures`, `count_window`,
-/// `time_window`, `slow_calls`, `adaptive` or `any_of`) and its figures; an
-/// any-of holds its members' in `members`, an adaptive policy its
+/// `time_window`, `slow_calls`, `adaptive`, `any_of` or `per_class`) and its
+/// figures; an any-of holds its members' in `members`, a per-class policy
+/// its rest's in `rest` and each class's in `classes` (`class`, `figures`), an adaptive policy its
 /// `baseline`, `learned`, `statistic`, `threshold`, `learning` and, while warming up,
 /// its fallback's figures in `fallback` (otherwise null).
 impl Serialize for PolicyFigures {
@@ -124,6 +134,27 @@ impl Serialize for PolicyFigures {
             }
             PolicyFigures::SlowCalls { calls, slow } => {
                 ("slow_calls", &[("calls", calls), ("slow", slow)])
+            }
+            PolicyFigures::PerClass {
+                ref rest,
+                ref classes,
+            } => {
+                /// One class's figures, as `{ "class": .., "figures": .. }`.
+                struct Member<'a>(&'a (crate::classify::FailureClass, PolicyFigures));
+                impl Serialize for Member<'_> {
+                    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                        let mut s = serializer.serialize_struct("Class", 2)?;
+                        s.serialize_field("class", self.0 .0.name())?;
+                        s.serialize_field("figures", &self.0 .1)?;
+                        s.end()
+                    }
+                }
+                let members: Vec<Member<'_>> = classes.iter().map(Member).collect();
+                let mut s = serializer.serialize_struct("PolicyFigures", 3)?;
+                s.serialize_field("policy", "per_class")?;
+                s.serialize_field("rest", rest)?;
+                s.serialize_field("classes", &members)?;
+                return s.end();
             }
             PolicyFigures::AnyOf(ref members) => {
                 let mut s = serializer.serialize_struct("PolicyFigures", 2)?;

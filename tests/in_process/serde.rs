@@ -962,3 +962,36 @@ async fn transitions_serialize_for_an_event_stream() {
         (&json!("open"), &json!("closed"))
     );
 }
+
+#[test]
+fn per_class_policies_and_latency_to_are_read_from_files() {
+    use tower_circuit_breaker::classify::FailureClass;
+    use tower_circuit_breaker::policy::PerClass;
+    use tower_circuit_breaker::LatencyTo;
+
+    let config: Config = toml::from_str(
+        r#"
+        latency_to = "end"
+        trip = { per_class = { rest = { consecutive_failures = { threshold = 5 } }, classes = { timeout = { consecutive_failures = { threshold = 3 } }, rate_limited = { consecutive_failures = { threshold = 20 } } } } }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(config.latency_to(), LatencyTo::End);
+    assert_eq!(
+        config.trip(),
+        &PerClass::new(ConsecutiveFailures::new(5))
+            .class(FailureClass::RateLimited, ConsecutiveFailures::new(20))
+            .class(FailureClass::Timeout, ConsecutiveFailures::new(3))
+            .into()
+    );
+    let err = toml::from_str::<Config>(
+        r#"trip = { per_class = { rest = { consecutive_failures = { threshold = 5 } }, classes = { slowness = { consecutive_failures = { threshold = 3 } } } } }"#,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("trip.per_class.classes.slowness"),
+        "{err}"
+    );
+    let err = toml::from_str::<Config>(r#"latency_to = "tail""#).unwrap_err();
+    assert!(err.to_string().contains("latency_to"), "{err}");
+}

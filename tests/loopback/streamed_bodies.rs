@@ -23,7 +23,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Bytes, Frame};
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_circuit_breaker::body::BreakerBody;
-use tower_circuit_breaker::classify::{StreamingHttp, Verdict};
+use tower_circuit_breaker::classify::{HttpEos, StreamingHttp};
 use tower_circuit_breaker::{Breaker, State};
 
 use gateway::{breaker, half_open, layer, upstream, Http, EVENTS, PLAIN};
@@ -187,7 +187,7 @@ fn answering_frames(
     frames: usize,
     end_with_last: bool,
     ended: &Arc<AtomicBool>,
-) -> impl Service<(), Response = Response<BreakerBody<Frames, Verdict>>, Error = BoxError> {
+) -> impl Service<(), Response = Response<BreakerBody<Frames, HttpEos>>, Error = BoxError> {
     let ended = ended.clone();
     layer(breaker, StreamingHttp::new()).layer(service_fn(move |()| {
         let body = Frames {

@@ -11,7 +11,7 @@ use super::{Book, Shared, Tag, QUIET, RECORD, TALLY};
 use crate::breaker::state::Word;
 use crate::events::State;
 use crate::millis::millis_up;
-use crate::outcome::Outcome;
+use crate::outcome::{Outcome, Verdict};
 use crate::policy::{Sample, TripReason};
 use crate::sync::Ordering;
 
@@ -39,11 +39,10 @@ impl Shared {
     pub(crate) fn record_closed(
         &self,
         generation: u32,
-        outcome: Outcome,
-        hint: Option<Duration>,
+        verdict: Verdict,
         timing: Option<(Duration, Instant)>,
     ) {
-        match outcome {
+        match verdict.outcome() {
             Outcome::Ignore => {
                 self.counters.ignored.fetch_add(1, Ordering::Relaxed);
             }
@@ -52,11 +51,11 @@ impl Shared {
                 match (mode, timing) {
                     // The common case: nothing to reset, nothing to write.
                     (QUIET, None) => {}
-                    (RECORD, None) => self.record_closed_slow(generation, false, hint, None),
-                    _ => self.record_success(generation, mode, hint, timing),
+                    (RECORD, None) => self.record_closed_slow(generation, verdict, None),
+                    _ => self.record_success(generation, mode, verdict, timing),
                 }
             }
-            Outcome::Failure => self.record_closed_slow(generation, true, hint, timing),
+            Outcome::Failure => self.record_closed_slow(generation, verdict, timing),
         }
     }
 
@@ -67,7 +66,7 @@ impl Shared {
         &self,
         generation: u32,
         mode: u8,
-        hint: Option<Duration>,
+        verdict: Verdict,
         timing: Option<(Duration, Instant)>,
     ) {
         let slow = timing.is_some_and(|(elapsed, _)| {
@@ -80,7 +79,7 @@ impl Shared {
                 _ => false,
             };
         if !skipped {
-            self.record_closed_slow(generation, false, hint, timing);
+            self.record_closed_slow(generation, verdict, timing);
         }
     }
 
@@ -155,10 +154,11 @@ impl Shared {
     fn record_closed_slow(
         &self,
         generation: u32,
-        failure: bool,
-        hint: Option<Duration>,
+        verdict: Verdict,
         timing: Option<(Duration, Instant)>,
     ) {
+        let failure = verdict.outcome() == Outcome::Failure;
+        let hint = verdict.retry_after();
         let mut book = self.lock();
         let w = self.load();
         if w != Word::closed(generation) {
@@ -169,12 +169,7 @@ impl Shared {
             // Retired: the key's breaker now is another; the call counts
             // there (outside this lock: it may take the registry's).
             drop(book);
-            let outcome = if failure {
-                Outcome::Failure
-            } else {
-                Outcome::Success
-            };
-            successor(outcome, hint, timing);
+            successor(verdict, timing);
             return;
         }
         // A success only needs the time when a policy keeps time windows;
@@ -192,7 +187,15 @@ impl Shared {
             book.counts.failures += 1;
             self.note_hint(&mut book, hint, now);
         }
-        let verdict = book.policy.record(Sample { failure, elapsed }, now);
+        let class = verdict.class().filter(|_| failure);
+        let verdict = book.policy.record(
+            Sample {
+                failure,
+                class,
+                elapsed,
+            },
+            now,
+        );
         self.fleet_outcome(&mut book, failure);
         // An upstream that announced when to come back is not worth the
         // rest of the threshold, when so configured.
@@ -272,7 +275,7 @@ mod tests {
         let shared = shared(TimeWindow::new(Duration::from_secs(3_600)));
         assert_eq!(mode(&shared), TALLY);
         for _ in 0..10 {
-            shared.record_closed(0, Outcome::Success, None, None);
+            shared.record_closed(0, Outcome::Success.into(), None);
         }
         // The first took the lock, which armed the tally for the rest.
         assert_eq!(shared.tally().unwrap().drain_total(), 9);
@@ -285,11 +288,11 @@ mod tests {
                 .min_calls(4)
                 .failure_rate(0.5),
         );
-        shared.record_closed(0, Outcome::Failure, None, None);
+        shared.record_closed(0, Outcome::Failure.into(), None);
         assert_eq!(mode(&shared), TALLY, "1 failure in 4 calls would not trip");
-        shared.record_closed(0, Outcome::Failure, None, None);
+        shared.record_closed(0, Outcome::Failure.into(), None);
         assert_eq!(mode(&shared), RECORD, "2 failures in 4 calls would");
-        shared.record_closed(0, Outcome::Success, None, None);
+        shared.record_closed(0, Outcome::Success.into(), None);
         assert_eq!(shared.tally().unwrap().drain_total(), 0, "nothing tallied");
         assert_eq!(
             shared.snapshot().policy,
@@ -310,10 +313,10 @@ mod tests {
         );
         let fast = Some((Duration::from_millis(10), Instant::now()));
         for _ in 0..2 {
-            shared.record_closed(0, Outcome::Success, None, fast);
+            shared.record_closed(0, Outcome::Success.into(), fast);
             assert_eq!(mode(&shared), RECORD, "the window is still filling");
         }
-        shared.record_closed(0, Outcome::Success, None, fast);
+        shared.record_closed(0, Outcome::Success.into(), fast);
         assert_eq!(mode(&shared), QUIET);
         assert!(
             shared.tally().is_none(),

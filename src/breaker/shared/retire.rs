@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Shared, Successor, Tag};
-use crate::outcome::Outcome;
+use crate::outcome::Verdict;
 use crate::sync::Ordering;
 
 impl Shared {
@@ -77,15 +77,10 @@ impl Shared {
 
     /// Records the outcome of a call another breaker admitted (one retired
     /// since), in the current closed generation; dropped if not closed.
-    pub(crate) fn record_forwarded(
-        &self,
-        outcome: Outcome,
-        hint: Option<Duration>,
-        timing: Option<(Duration, Instant)>,
-    ) {
+    pub(crate) fn record_forwarded(&self, verdict: Verdict, timing: Option<(Duration, Instant)>) {
         let w = self.load();
         if w.tag() == Tag::Closed {
-            self.record_closed(w.generation(), outcome, hint, timing);
+            self.record_closed(w.generation(), verdict, timing);
         }
     }
 
@@ -110,8 +105,8 @@ mod tests {
     fn noting() -> (Successor, Arc<Mutex<Vec<Outcome>>>) {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let noted = Arc::clone(&seen);
-        let successor: Successor = Arc::new(move |outcome, _, _| {
-            noted.lock().unwrap().push(outcome);
+        let successor: Successor = Arc::new(move |verdict: crate::outcome::Verdict, _| {
+            noted.lock().unwrap().push(verdict.outcome());
         });
         (successor, seen)
     }
@@ -124,10 +119,10 @@ mod tests {
         assert!(Shared::retire_if_idle(&shared, successor));
         assert!(shared.is_retired());
         assert_eq!(mode(&shared), RECORD, "successes take the lock");
-        shared.record_closed(0, Outcome::Success, None, None);
-        shared.record_closed(0, Outcome::Failure, None, None);
-        shared.record_closed(0, Outcome::Failure, None, None);
-        shared.record_closed(1, Outcome::Failure, None, None); // stale
+        shared.record_closed(0, Outcome::Success.into(), None);
+        shared.record_closed(0, Outcome::Failure.into(), None);
+        shared.record_closed(0, Outcome::Failure.into(), None);
+        shared.record_closed(1, Outcome::Failure.into(), None); // stale
         assert_eq!(
             *seen.lock().unwrap(),
             [Outcome::Success, Outcome::Failure, Outcome::Failure]
@@ -139,7 +134,7 @@ mod tests {
     #[test]
     fn only_an_idle_closed_breaker_retires() {
         let open = shared(CountWindow::new(1, 10));
-        open.record_closed(0, Outcome::Failure, None, None);
+        open.record_closed(0, Outcome::Failure.into(), None);
         assert_eq!(open.state(), State::Open);
         assert!(!Shared::retire_if_idle(&open, noting().0));
         assert!(!open.is_retired());

@@ -101,12 +101,7 @@ impl Shared {
         // without its denominator.
         self.extras().recorded.fetch_add(1, Ordering::Relaxed);
         match w.tag() {
-            Tag::Closed => self.record_closed(
-                w.generation(),
-                verdict.outcome(),
-                verdict.retry_after(),
-                None,
-            ),
+            Tag::Closed => self.record_closed(w.generation(), verdict, None),
             _ => self.count_outcome(verdict.outcome()),
         }
     }
