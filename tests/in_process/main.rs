@@ -37,6 +37,7 @@ mod outage_demo;
 mod outside_tower;
 mod policies;
 mod probe_races;
+mod provider_failures;
 mod registry;
 mod retry;
 mod retry_after;
