@@ -206,7 +206,7 @@ where
         None => call.await,
     };
     std::panic::catch_unwind(AssertUnwindSafe(|| {
-        classifier.classify(result.as_ref()).at_head()
+        classifier.classify_head(result.as_ref())
     }))
     .unwrap_or(Verdict::new(Outcome::Failure))
 }

@@ -259,7 +259,7 @@ fn failure_hint<Res, E, C: Classify<Res, E>>(
     classifier: &C,
     result: Result<&Res, &E>,
 ) -> Option<Option<Duration>> {
-    let verdict = classifier.classify(result).at_head();
+    let verdict = classifier.classify_head(result);
     (verdict.outcome() == Outcome::Failure).then(|| verdict.retry_after())
 }
 

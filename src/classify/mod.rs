@@ -110,6 +110,16 @@ pub trait Classify<T, E> {
 
     /// Classifies one result: the verdict, or the judge of its body's end.
     fn classify(&self, result: Result<&T, &E>) -> Classified<Self::Eos>;
+
+    /// The verdict as far as the result alone tells, where nothing waits
+    /// for a body (a failover choosing whether to try the next candidate, a
+    /// retry deciding whether to retry). By default
+    /// [`Classified::at_head`]: a call deferred to its body's end has
+    /// succeeded so far. A classifier that defers a verdict it already
+    /// knows (a failing status whose body only adds a hint) gives it here.
+    fn classify_head(&self, result: Result<&T, &E>) -> Verdict {
+        self.classify(result).at_head()
+    }
 }
 
 impl<F, T, E, V> Classify<T, E> for F

@@ -81,6 +81,10 @@ where
             }
         }
     }
+
+    fn classify_head(&self, result: Result<&Response<B>, &E>) -> Verdict {
+        self.inner.classify_head(result)
+    }
 }
 
 /// The judge [`SseErrors`] hands a streamed body: it reads the events as

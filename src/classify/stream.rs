@@ -112,6 +112,12 @@ impl<B, E> Classify<Response<B>, E> for StreamingHttp {
             _ => Classified::Ready(verdict),
         }
     }
+
+    /// A failing status is a failure at its head, whether or not its body
+    /// is read for a hint.
+    fn classify_head(&self, result: Result<&Response<B>, &E>) -> Verdict {
+        self.head.verdict(result)
+    }
 }
 
 /// How [`StreamingHttp`] judges a body at its end: a success when it ends

@@ -223,7 +223,7 @@ where
                     let Step::Called { name, .. } = mem::replace(this.step, Step::Choose) else {
                         unreachable!("the step was just matched");
                     };
-                    let verdict = this.classifier.classify(result.as_ref()).at_head();
+                    let verdict = this.classifier.classify_head(result.as_ref());
                     let response = match result {
                         Ok(response) => Ok(response),
                         Err(error) => {

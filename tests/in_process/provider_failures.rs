@@ -397,3 +397,43 @@ async fn latency_to_the_head_ignores_a_late_first_token() {
     call_and_read(&provider(&breaker, StreamingHttp::new(), late_first_token)).await;
     assert_eq!(breaker.state(), State::Closed);
 }
+
+/// A breaker judging streams over a provider giving `answer()`, as a
+/// failover candidate.
+fn candidate(
+    breaker: &Breaker,
+    answer: fn() -> Answer,
+) -> tower_circuit_breaker::CircuitBreaker<
+    impl Service<Request<()>, Response = Response<Paced>, Error = BoxError, Future: Send> + Clone,
+    StreamingHttp,
+> {
+    CircuitBreakerLayer::from_breaker(breaker.clone())
+        .classify(StreamingHttp::new())
+        .layer(service_fn(move |_: Request<()>| async move {
+            let (status, headers, chunks) = answer();
+            let mut response = Response::new(paced(chunks));
+            *response.status_mut() = status;
+            for (name, value) in headers {
+                response.headers_mut().insert(name, value.parse().unwrap());
+            }
+            Ok::<_, BoxError>(response)
+        }))
+}
+
+#[tokio::test(start_paused = true)]
+async fn failover_moves_on_from_a_429_whose_body_is_read_for_its_delay() {
+    fn tokens() -> Answer {
+        (
+            StatusCode::OK,
+            vec![("content-type", "text/event-stream")],
+            vec![(MS, b"data: [DONE]\n\n")],
+        )
+    }
+    let (first, second) = (one_failure_opens(), one_failure_opens());
+    let candidates = [candidate(&first, gemini_429), candidate(&second, tokens)];
+    let router = tower_circuit_breaker::Failover::new(candidates).classify(StreamingHttp::new());
+    let response = router.oneshot(Request::new(())).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "the second candidate answered");
+    assert_eq!(first.state(), State::Open);
+    assert_eq!(first.snapshot().counts.failures, 1);
+}
