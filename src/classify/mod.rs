@@ -23,6 +23,27 @@
 //! let verdict = classify.classify(Err(&ApiError::BadRequest)).at_head();
 //! assert_eq!(verdict.outcome(), Outcome::Ignore);
 //! ```
+//!
+//! # Every signal read, and how to turn it off
+//!
+//! What the shipped classifiers and a breaker's config read of an
+//! upstream, beyond its status:
+//!
+//! | signal | read by | becomes | turned off by |
+//! | --- | --- | --- | --- |
+//! | `retry-after-ms`, `Retry-After` (seconds or HTTP date), on every failing status (429, 5xx, 529) | [`HttpClassifier`], `StreamingHttp` | the hint: open at least that long | `ignore_retry_after()` |
+//! | OpenAI's `x-ratelimit-reset-requests` / `-tokens`, when `x-ratelimit-remaining-*` is 0 or on a 429 | [`HttpClassifier`], `StreamingHttp` | the hint | `ignore_reset_headers()` |
+//! | Anthropic's `anthropic-ratelimit-*-reset` (RFC 3339), likewise | [`HttpClassifier`], `StreamingHttp` | the hint | `ignore_reset_headers()` |
+//! | Gemini's `RetryInfo.retryDelay` in a failing status's JSON body (known length, at most 16 KiB) | `StreamingHttp` | the hint, when the body ends | `StreamingHttp::ignore_retry_delay()` |
+//! | `grpc-status` in headers or trailers; `grpc-retry-pushback-ms` | `GrpcClassifier`, `TonicClassifier` | the outcome; the hint | `ignore_pushback()` |
+//! | an SSE `event: error`, or a `data:` JSON with a top-level `error`, inside a 200 | `SseErrors` (`StreamingHttp::new().sse_errors()`) | a failure of class [`Stream`](FailureClass::Stream), at once | leave the judge out |
+//! | no first data frame within `first_frame_timeout`; silence past `frame_idle_timeout` | the config ([`ConfigBuilder`](crate::ConfigBuilder)), for bodies judged at their end | the body ends with `StreamTimeout`; a failure | the limit unset (the default) |
+//! | a call its caller dropped after `cancelled_failure_after` | the config | a failure of class [`Timeout`](FailureClass::Timeout) | unset (the default) |
+//! | the time to the head, first data frame or end | the config's `latency_to` | a slow-call policy's latency | [`LatencyTo`](crate::LatencyTo) |
+//!
+//! Hints are capped by the breaker's `max_open`; a value that does not parse
+//! is ignored, never a panic. Each failure says its [`FailureClass`] (see
+//! there), which [`PerClass`](crate::policy::PerClass) counts apart.
 
 #[cfg(feature = "http-body")]
 mod grpc;

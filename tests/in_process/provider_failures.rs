@@ -433,7 +433,11 @@ async fn failover_moves_on_from_a_429_whose_body_is_read_for_its_delay() {
     let candidates = [candidate(&first, gemini_429), candidate(&second, tokens)];
     let router = tower_circuit_breaker::Failover::new(candidates).classify(StreamingHttp::new());
     let response = router.oneshot(Request::new(())).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK, "the second candidate answered");
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "the second candidate answered"
+    );
     assert_eq!(first.state(), State::Open);
     assert_eq!(first.snapshot().counts.failures, 1);
 }

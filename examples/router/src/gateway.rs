@@ -103,7 +103,8 @@ pub fn router(
                 KeyedLayer::new(registry.clone(), move |chat: &Chat| {
                     format!("{provider}/{}", chat.model)
                 })
-                .classify(StreamingHttp::new()),
+                // Statuses, the providers' hints, and error events inside a 200.
+                .classify(StreamingHttp::new().sse_errors()),
             )
             .timeout(TIMEOUT)
             .map_request(move |chat: Chat| chat.to(addr))
