@@ -90,6 +90,16 @@
 //!   permit is held by a probe in flight: every call is refused. Only
 //!   breakers with a probe limit take part.
 //!
+//! Streamed response bodies (the `streams` module), read frame by frame:
+//!
+//! * `streams/*`: bodies of 64 data frames of an SSE chunk, read to their
+//!   end bare, through a breaker classifying with `StreamingHttp`, with
+//!   stream limits too, and with the limits and the SSE judge; nanoseconds
+//!   per frame, their ratio to the bare body's, and allocations per frame
+//!   (reading) and per body (the call). Reading through the breaker must
+//!   allocate nothing more per frame than the bare body: every run checks
+//!   it.
+//!
 //! A `Pending` in the threaded loop (a peer's lock taken by the other
 //! thread) is polled again until it resolves, after yielding the thread;
 //! the table counts those `Pending` polls per call.
@@ -143,13 +153,15 @@
 //! nanoseconds added over the row's baseline, allocations and bytes
 //! allocated per operation, the added cost in `Arc` round trips, and the
 //! added cost divided by that of the `vs` row (for a peer, this crate's:
-//! above 1 the peer costs more). Then the memory report, and the
-//! two-thread table (best of a few rounds), with a note when `bare` did
-//! not scale (other work on the cores makes it unreliable). With
-//! `HOT_PATH_QUICK=1` criterion is skipped and the tables come from fewer
-//! rounds, in about a minute. `HOT_PATH_ONLY=async/closed/consecutive`
-//! keeps one row (with its baseline), for profiling it alone. Run as a test
-//! (`cargo test -p tower-circuit-breaker-hot-path --benches`, or
+//! above 1 the peer costs more). Then the streamed bodies' table, the
+//! memory report, and the two-thread table (best of a few rounds), with a
+//! note when `bare` did not scale (other work on the cores makes it
+//! unreliable). With `HOT_PATH_QUICK=1` criterion is skipped and the
+//! tables come from fewer rounds, in about a minute. `HOT_PATH_ONLY=async/closed/consecutive`
+//! keeps one row (with its baseline), for profiling it alone;
+//! `HOT_PATH_ONLY=streams` keeps the streamed bodies' rows, and
+//! `-- streams` (criterion's filter) their criterion group alone. Run as a
+//! test (`cargo test -p tower-circuit-breaker-hot-path --benches`, or
 //! `cargo test --workspace --benches`), every row is only checked, with a
 //! handful of calls, because an unoptimised build says nothing about speed.
 
@@ -163,6 +175,7 @@ mod peers;
 mod rows;
 mod scenario;
 mod services;
+mod streams;
 mod threads;
 
 use scenario::{run_criterion, summarize, Rounds};
@@ -193,6 +206,10 @@ fn main() {
     let only = std::env::var("HOT_PATH_ONLY").ok();
 
     let mut scenarios = rows::scenarios();
+    let mut stream_rows = match &only {
+        Some(only) if !only.starts_with("streams") => Vec::new(),
+        _ => streams::rows(),
+    };
     if let Some(only) = &only {
         let baseline = scenarios
             .iter()
@@ -237,7 +254,7 @@ fn main() {
             100_000,
         )
     } else {
-        run_criterion(&mut scenarios);
+        run_criterion(&mut scenarios, |c| streams::bench(c, &mut stream_rows));
         (
             Rounds {
                 mode: "full",
@@ -254,6 +271,9 @@ fn main() {
         )
     };
     summarize(&mut scenarios, &rounds);
+    if !stream_rows.is_empty() {
+        streams::summarize(&mut stream_rows, &rounds);
+    }
     if only.is_none() {
         memory::report(registry_keys);
     }

@@ -155,8 +155,9 @@ pub fn breaker_in(name: &str, breaker: Breaker, expected: State) -> impl FnMut(&
 
 /// Criterion, one group per family (`async`, `closed`, ...: a row's name
 /// up to its first `/`), fed by the same loop as the summary through
-/// `iter_custom`.
-pub fn run_criterion(scenarios: &mut [Scenario]) {
+/// `iter_custom`; then `more` (the groups not made of these rows), before
+/// criterion's final summary.
+pub fn run_criterion(scenarios: &mut [Scenario], more: impl FnOnce(&mut Criterion)) {
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(2))
@@ -179,6 +180,7 @@ pub fn run_criterion(scenarios: &mut [Scenario]) {
         }
         group.finish();
     }
+    more(&mut c);
     c.final_summary();
 }
 
