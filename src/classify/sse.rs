@@ -27,10 +27,11 @@ use super::{Classified, Classify, ClassifyEos, FailureClass, HeaderMap, Streamin
 /// use tower_circuit_breaker::classify::{SseErrors, StreamingHttp};
 /// use tower_circuit_breaker::{CircuitBreakerLayer, Config};
 ///
-/// let layer = CircuitBreakerLayer::new(Config::model_router())
+/// let layer = CircuitBreakerLayer::new(Config::model_router().build()?)
 ///     .classify(StreamingHttp::new().sse_errors());
 /// // The same: SseErrors::new(StreamingHttp::new()).
 /// # let _ = layer;
+/// # Ok::<_, tower_circuit_breaker::ConfigError>(())
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SseErrors<C = StreamingHttp> {

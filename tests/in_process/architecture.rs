@@ -15,7 +15,7 @@ const ROOMS: &[(&str, &[&str])] = &[
             "breaker", "config", "policy", "error", "events", "millis", "sync", "outcome",
         ],
     ),
-    ("src/policy", &["policy", "error", "millis"]),
+    ("src/policy", &["policy", "error", "millis", "outcome"]),
     ("src/classify", &["classify", "outcome", "error", "millis"]),
 ];
 
