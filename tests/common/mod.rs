@@ -21,6 +21,8 @@ pub mod failures;
 #[cfg(feature = "http-body")]
 pub mod gateway;
 pub mod grpc;
+#[cfg(feature = "http-body")]
+pub mod paced;
 pub mod panics;
 pub mod paused;
 #[cfg(feature = "redis")]

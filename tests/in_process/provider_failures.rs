@@ -7,49 +7,21 @@
 #![cfg(feature = "http-body")]
 
 use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
-use http_body::{Body, Frame};
-use tokio::sync::mpsc;
+use http_body::Body;
 use tokio::time::advance;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_circuit_breaker::classify::{
     Classify, ClassifyEos, FailureClass, HttpClassifier, StreamingHttp,
 };
 use tower_circuit_breaker::policy::{ConsecutiveFailures, PerClass, SlowCalls, TripReason};
-use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, Config, LatencyTo, State};
+use tower_circuit_breaker::{
+    Breaker, CircuitBreaker, CircuitBreakerLayer, Config, LatencyTo, State,
+};
 
-/// A provider's body: each chunk after its delay, then its end.
-struct Paced(mpsc::Receiver<&'static [u8]>);
-
-fn paced(chunks: Vec<(Duration, &'static [u8])>) -> Paced {
-    let (send, receive) = mpsc::channel(1);
-    tokio::spawn(async move {
-        for (delay, chunk) in chunks {
-            tokio::time::sleep(delay).await;
-            if send.send(chunk).await.is_err() {
-                return;
-            }
-        }
-    });
-    Paced(receive)
-}
-
-impl Body for Paced {
-    type Data = &'static [u8];
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, BoxError>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|c| Ok(Frame::data(c))))
-    }
-}
+use crate::common::paced::{paced, Paced};
 
 /// A provider answering `status` with `headers` and the `chunks` of a body.
 type Answer = (
@@ -63,7 +35,10 @@ fn provider<C>(
     breaker: &Breaker,
     classifier: C,
     answer: fn() -> Answer,
-) -> impl Service<Request<()>, Response = Response<impl Body<Error = BoxError>>, Error = BoxError> + Clone
+) -> CircuitBreaker<
+    impl Service<Request<()>, Response = Response<Paced>, Error = BoxError, Future: Send> + Clone,
+    C,
+>
 where
     C: Classify<Response<Paced>, BoxError> + Clone,
     C::Eos: ClassifyEos,
@@ -72,7 +47,7 @@ where
         .classify(classifier)
         .layer(service_fn(move |_: Request<()>| async move {
             let (status, headers, chunks) = answer();
-            let mut response = Response::new(paced(chunks));
+            let mut response = Response::new(paced(chunks, false));
             *response.status_mut() = status;
             for (name, value) in headers {
                 response.headers_mut().insert(name, value.parse().unwrap());
@@ -398,28 +373,6 @@ async fn latency_to_the_head_ignores_a_late_first_token() {
     assert_eq!(breaker.state(), State::Closed);
 }
 
-/// A breaker judging streams over a provider giving `answer()`, as a
-/// failover candidate.
-fn candidate(
-    breaker: &Breaker,
-    answer: fn() -> Answer,
-) -> tower_circuit_breaker::CircuitBreaker<
-    impl Service<Request<()>, Response = Response<Paced>, Error = BoxError, Future: Send> + Clone,
-    StreamingHttp,
-> {
-    CircuitBreakerLayer::from_breaker(breaker.clone())
-        .classify(StreamingHttp::new())
-        .layer(service_fn(move |_: Request<()>| async move {
-            let (status, headers, chunks) = answer();
-            let mut response = Response::new(paced(chunks));
-            *response.status_mut() = status;
-            for (name, value) in headers {
-                response.headers_mut().insert(name, value.parse().unwrap());
-            }
-            Ok::<_, BoxError>(response)
-        }))
-}
-
 #[tokio::test(start_paused = true)]
 async fn failover_moves_on_from_a_429_whose_body_is_read_for_its_delay() {
     fn tokens() -> Answer {
@@ -430,7 +383,10 @@ async fn failover_moves_on_from_a_429_whose_body_is_read_for_its_delay() {
         )
     }
     let (first, second) = (one_failure_opens(), one_failure_opens());
-    let candidates = [candidate(&first, gemini_429), candidate(&second, tokens)];
+    let candidates = [
+        provider(&first, StreamingHttp::new(), gemini_429),
+        provider(&second, StreamingHttp::new(), tokens),
+    ];
     let router = tower_circuit_breaker::Failover::new(candidates).classify(StreamingHttp::new());
     let response = router.oneshot(Request::new(())).await.unwrap();
     assert_eq!(

@@ -6,12 +6,10 @@
 #![cfg(feature = "http-body")]
 
 use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
-use http_body::{Body, Frame};
-use tokio::sync::mpsc;
+use http_body::Body;
 use tokio::time::advance;
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_circuit_breaker::body::StreamTimeout;
@@ -19,39 +17,7 @@ use tower_circuit_breaker::classify::StreamingHttp;
 use tower_circuit_breaker::registry::{KeyedLayer, Registry};
 use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, ConfigBuilder, State};
 
-/// A provider's stream: each chunk after its delay; then it ends, or, when
-/// `then_hold`, stays open sending nothing (the sender is kept alive).
-struct Paced(mpsc::Receiver<&'static [u8]>);
-
-fn paced(chunks: Vec<(Duration, &'static [u8])>, then_hold: bool) -> Paced {
-    let (send, receive) = mpsc::channel(1);
-    tokio::spawn(async move {
-        for (delay, chunk) in chunks {
-            tokio::time::sleep(delay).await;
-            if send.send(chunk).await.is_err() {
-                return;
-            }
-        }
-        if then_hold {
-            send.closed().await;
-        }
-    });
-    Paced(receive)
-}
-
-impl Body for Paced {
-    type Data = &'static [u8];
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, BoxError>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|c| Ok(Frame::data(c))))
-    }
-}
+use crate::common::paced::{paced, Paced};
 
 const SECOND: Duration = Duration::from_secs(1);
 
