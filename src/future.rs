@@ -412,7 +412,7 @@ pub(crate) struct Pending {
     pub(crate) start: Option<Instant>,
     /// The call's latency, once taken where its breaker's `latency_to`
     /// says (the head, the first data frame); `None` runs it to the end.
-    pub(crate) latency: Option<Duration>,
+    latency: Option<Duration>,
 }
 
 impl Pending {
