@@ -23,6 +23,8 @@ const MAX_OPEN_LIMIT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// | `cooldown` | 30 s | first open period |
 /// | `backoff` | 2.0 | each failed probe multiplies the open period |
 /// | `max_open` | 5 min | cap on the open period, and on retry-after hints |
+/// | `max_quota_hold` | none | a retry-after hint beyond `max_open` (a quota reset an hour away) holds the breaker open up to this long |
+/// | `quota_probe_interval` | 15 min | during such a hold, the time between probes for an early reset |
 /// | `min_open` | 0 | floor under every open period |
 /// | `jitter` | 0.0 | open period lengthened by up to this share, at random (never shortened) |
 /// | `probes` | 1 | probe calls in flight at once while half-open |
@@ -84,6 +86,9 @@ pub(crate) struct Settings {
     /// `u64::MAX`: never.
     cancelled_failure_after_ns: u64,
     latency_to: LatencyTo,
+    /// `u64::MAX`: none.
+    max_quota_hold_ns: u64,
+    quota_probe_interval_ns: u64,
 }
 
 /// What a call's latency runs to, for the policies that time calls
@@ -249,6 +254,27 @@ impl Config {
         self.settings.latency_to
     }
 
+    /// How long a retry-after hint beyond `max_open` may hold the breaker
+    /// open; `None`: such hints are cut to `max_open`.
+    pub fn max_quota_hold(&self) -> Option<Duration> {
+        (self.settings.max_quota_hold_ns != u64::MAX)
+            .then(|| Duration::from_nanos(self.settings.max_quota_hold_ns))
+    }
+
+    /// During a quota hold, the time between probes for an early reset.
+    pub fn quota_probe_interval(&self) -> Duration {
+        Duration::from_nanos(self.settings.quota_probe_interval_ns)
+    }
+
+    /// The longest one open period may last: `max_open`, or during a quota
+    /// hold the time between its probes when that is longer.
+    pub(crate) fn longest_open(&self) -> Duration {
+        match self.max_quota_hold() {
+            Some(_) => self.max_open().max(self.quota_probe_interval()),
+            None => self.max_open(),
+        }
+    }
+
     /// How long a streamed body may stay silent between data frames.
     pub fn frame_idle_timeout(&self) -> Option<Duration> {
         (self.settings.frame_idle_timeout_ns != u64::MAX)
@@ -327,6 +353,8 @@ impl Default for Settings {
             frame_idle_timeout_ns: u64::MAX,
             cancelled_failure_after_ns: u64::MAX,
             latency_to: LatencyTo::FirstFrame,
+            max_quota_hold_ns: u64::MAX,
+            quota_probe_interval_ns: nanos(Duration::from_secs(15 * 60)),
         }
     }
 }
@@ -469,6 +497,43 @@ impl ConfigBuilder {
         self
     }
 
+    /// Lets a retry-after hint longer than `max_open` hold the breaker open
+    /// up to `hold` (default: `None`, such hints are cut to `max_open`).
+    ///
+    /// `max_open` caps the open periods of congestion: an upstream that
+    /// sheds load asks for seconds or minutes. An exhausted quota is not
+    /// congestion: a provider that says its requests reset in an hour (a
+    /// `Retry-After: 3600`, OpenAI's `x-ratelimit-reset-requests: 1h`,
+    /// Anthropic's reset timestamp, Gemini's `retryDelay`) will refuse every
+    /// call until then. With a hold, the breaker stays open until the hint's
+    /// end (at most `hold` from the failure that announced it), and lets
+    /// one probe through every
+    /// [`quota_probe_interval`](Self::quota_probe_interval) meanwhile to
+    /// catch an early reset: a probe that succeeds closes it as any probe
+    /// does; a failed one (or one announcing a new reset) holds it on. Make
+    /// that probe cheap with a probe predicate or active probing.
+    ///
+    /// The hold lands on every breaker that records the failure and has a
+    /// hold configured: in a [registry](crate::registry) with parents, give
+    /// it to the parents' config for a quota that belongs to a credential
+    /// (a provider's account), to the models' for a per-model limit. The
+    /// hold ends when the breaker closes; an operator's
+    /// [`reset`](crate::Breaker::reset) ends it too.
+    pub fn max_quota_hold(mut self, hold: Option<Duration>) -> Self {
+        self.settings.max_quota_hold_ns = hold.map_or(u64::MAX, nanos);
+        self
+    }
+
+    /// Sets the time between probes during a
+    /// [quota hold](Self::max_quota_hold) (default 15 min): each open
+    /// period of the hold lasts this long, or to the hint's end if that
+    /// comes first, and never less than the period the breaker would
+    /// have had without the hold.
+    pub fn quota_probe_interval(mut self, interval: Duration) -> Self {
+        self.settings.quota_probe_interval_ns = nanos(interval);
+        self
+    }
+
     /// Sets what a timed call's latency runs to, for slow-call policies
     /// (default: [`LatencyTo::FirstFrame`], the time to the first token;
     /// see [`LatencyTo`] for why).
@@ -540,6 +605,21 @@ impl Config {
         if probe_interval.is_zero() || probe_interval > MAX_OPEN_LIMIT {
             return Err(ConfigError::new(
                 "probe_interval",
+                "must be longer than zero and at most 365 days",
+            ));
+        }
+        if let Some(hold) = c.max_quota_hold() {
+            if hold <= max_open || hold > MAX_OPEN_LIMIT {
+                return Err(ConfigError::new(
+                    "max_quota_hold",
+                    format!("must be longer than max_open ({max_open:?}) and at most 365 days"),
+                ));
+            }
+        }
+        let quota_probe_interval = c.quota_probe_interval();
+        if quota_probe_interval.is_zero() || quota_probe_interval > MAX_OPEN_LIMIT {
+            return Err(ConfigError::new(
+                "quota_probe_interval",
                 "must be longer than zero and at most 365 days",
             ));
         }

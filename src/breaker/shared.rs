@@ -130,6 +130,9 @@ pub(super) struct Book {
     attempt: u32,
     /// The latest end of a retry-after hint announced by the upstream.
     hint_until_ms: Option<u64>,
+    /// The end of a quota hold (a hint beyond `max_open`, with
+    /// `max_quota_hold` set); 0: none.
+    quota_until_ms: u64,
     last_trip: Option<TripReason>,
     /// When the current closed or open period began.
     since_ms: u64,
@@ -316,6 +319,7 @@ impl Shared {
             policy: PolicyState::new(config.trip()),
             attempt: 0,
             hint_until_ms: None,
+            quota_until_ms: 0,
             last_trip: None,
             since_ms: 0,
             open_until_ms: 0,

@@ -41,7 +41,10 @@
 //! | a call its caller dropped after `cancelled_failure_after` | the config | a failure of class [`Timeout`](FailureClass::Timeout) | unset (the default) |
 //! | the time to the head, first data frame or end | the config's `latency_to` | a slow-call policy's latency | [`LatencyTo`](crate::LatencyTo) |
 //!
-//! Hints are capped by the breaker's `max_open`; a value that does not parse
+//! Hints are capped by the breaker's `max_open`, except that a hint beyond
+//! it (a spent quota's reset) holds a breaker whose config sets
+//! [`max_quota_hold`](crate::ConfigBuilder::max_quota_hold) open up to that
+//! ceiling, probed every `quota_probe_interval`; a value that does not parse
 //! is ignored, never a panic. Each failure says its [`FailureClass`] (see
 //! there), which [`PerClass`](crate::policy::PerClass) counts apart.
 

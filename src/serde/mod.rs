@@ -17,8 +17,8 @@
 //! | --- | --- |
 //! | `name` | a string |
 //! | `trip` | a trip policy, below |
-//! | `cooldown`, `min_open`, `max_open`, `probe_interval` | a duration |
-//! | `probe_timeout`, `first_frame_timeout`, `frame_idle_timeout`, `cancelled_failure_after` | a duration, or `"none"` (or null) for no limit |
+//! | `cooldown`, `min_open`, `max_open`, `probe_interval`, `quota_probe_interval` | a duration |
+//! | `probe_timeout`, `first_frame_timeout`, `frame_idle_timeout`, `cancelled_failure_after`, `max_quota_hold` | a duration, or `"none"` (or null) for no limit |
 //! | `backoff`, `jitter` | a number |
 //! | `probes`, `successes_to_close` | a whole number |
 //! | `trip_on_pushback` | `true` or `false` |

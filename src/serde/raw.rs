@@ -79,6 +79,10 @@ pub(super) struct RawConfig {
     cancelled_failure_after: Option<Scalar>,
     #[serde(default, deserialize_with = "present")]
     latency_to: Option<Scalar>,
+    #[serde(default, deserialize_with = "present")]
+    max_quota_hold: Option<Scalar>,
+    #[serde(default, deserialize_with = "present")]
+    quota_probe_interval: Option<Scalar>,
 }
 
 impl RawConfig {
@@ -124,6 +128,12 @@ impl RawConfig {
         }
         if let Some(v) = &self.first_frame_timeout {
             b = b.first_frame_timeout(v.optional_duration(&at("first_frame_timeout"))?);
+        }
+        if let Some(v) = &self.max_quota_hold {
+            b = b.max_quota_hold(v.optional_duration(&at("max_quota_hold"))?);
+        }
+        if let Some(v) = &self.quota_probe_interval {
+            b = b.quota_probe_interval(v.duration(&at("quota_probe_interval"))?);
         }
         if let Some(v) = &self.frame_idle_timeout {
             b = b.frame_idle_timeout(v.optional_duration(&at("frame_idle_timeout"))?);
@@ -187,6 +197,8 @@ impl RawConfig {
                 &base.cancelled_failure_after,
             ),
             latency_to: pick(&self.latency_to, &base.latency_to),
+            max_quota_hold: pick(&self.max_quota_hold, &base.max_quota_hold),
+            quota_probe_interval: pick(&self.quota_probe_interval, &base.quota_probe_interval),
         }
     }
 }

@@ -38,6 +38,7 @@ mod outside_tower;
 mod policies;
 mod probe_races;
 mod provider_failures;
+mod quota_hold;
 mod registry;
 mod retry;
 mod retry_after;

@@ -995,3 +995,12 @@ fn per_class_policies_and_latency_to_are_read_from_files() {
     let err = toml::from_str::<Config>(r#"latency_to = "tail""#).unwrap_err();
     assert!(err.to_string().contains("latency_to"), "{err}");
 }
+
+#[test]
+fn a_quota_hold_is_written_as_its_ceiling_and_probe_interval() {
+    let held = config("max_quota_hold = \"1d\"\nquota_probe_interval = \"10m\"");
+    assert_eq!(held.max_quota_hold(), Some(secs(24 * 3600)));
+    assert_eq!(held.quota_probe_interval(), secs(600));
+    assert_eq!(config("max_quota_hold = \"none\"").max_quota_hold(), None);
+    assert_names("max_quota_hold = \"1m\"", "max_quota_hold");
+}

@@ -105,7 +105,8 @@ impl Shared {
         let mut book = self.lock();
         let now = self.now_ms();
         // Whatever Redis says, no fleet opening holds this breaker longer
-        // than `max_open` (and the hold) from when it began following it;
+        // than its longest open period (`max_open`, or a quota hold's probe
+        // interval) and the hold from when it began following it;
         // past that it probes on its own.
         let since = if book.fleet.generation == generation {
             book.fleet.since_ms
@@ -113,7 +114,7 @@ impl Shared {
             now
         };
         let latest = since
-            .saturating_add(crate::millis::millis_up(book.config.max_open()))
+            .saturating_add(crate::millis::millis_up(book.config.longest_open()))
             .saturating_add(hold_ms);
         if now >= latest {
             return false;

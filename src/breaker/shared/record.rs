@@ -198,11 +198,15 @@ impl Shared {
         );
         self.fleet_outcome(&mut book, failure);
         // An upstream that announced when to come back is not worth the
-        // rest of the threshold, when so configured.
+        // rest of the threshold, when so configured; nor is one whose quota
+        // is spent until a reset beyond `max_open`, when holds are.
+        let c = &book.config;
         let pushback = match hint {
-            Some(hint) if failure && book.config.trip_on_pushback() => Some(TripReason::Pushback {
-                retry_after: hint.min(book.config.max_open()),
-            }),
+            Some(hint) if failure && (c.trip_on_pushback() || book.quota_until_ms > now) => {
+                Some(TripReason::Pushback {
+                    retry_after: hint.min(c.max_quota_hold().unwrap_or(c.max_open())),
+                })
+            }
             _ => None,
         };
         let Some(reason) = verdict.or(pushback) else {
@@ -238,9 +242,16 @@ impl Shared {
 
     pub(super) fn note_hint(&self, book: &mut Book, hint: Option<Duration>, now: u64) {
         if let Some(hint) = hint {
-            let capped = millis_up(hint.min(book.config.max_open()));
+            let max_open = book.config.max_open();
+            let capped = millis_up(hint.min(max_open));
             let until = now.saturating_add(capped);
             book.hint_until_ms = Some(book.hint_until_ms.map_or(until, |u| u.max(until)));
+            // A quota's reset, beyond any congestion: held for, up to the
+            // ceiling, probed at the hold's own interval.
+            if let Some(hold) = book.config.max_quota_hold().filter(|_| hint > max_open) {
+                let until = now.saturating_add(millis_up(hint.min(hold)));
+                book.quota_until_ms = book.quota_until_ms.max(until);
+            }
         }
     }
 

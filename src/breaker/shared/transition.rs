@@ -61,6 +61,7 @@ impl Shared {
     ) {
         book.attempt = 0;
         book.hint_until_ms = None;
+        book.quota_until_ms = 0;
         book.since_ms = self.now_ms();
         self.reset_policy(&mut book);
         self.forget_probes(&mut book);
@@ -70,7 +71,8 @@ impl Shared {
 
     /// End of the next open period, starting at `from_ms`: the policy's
     /// period for this attempt, lengthened by jitter, never under `min_open`,
-    /// never under an announced retry-after, never over `max_open`.
+    /// never under an announced retry-after, never over `max_open`, except
+    /// during a quota hold (up to its probe interval).
     pub(super) fn open_until(&self, book: &mut Book, from_ms: u64) -> u64 {
         let c = &book.config;
         let active = book.attempt > 0 && self.prober().is_some();
@@ -96,9 +98,14 @@ impl Shared {
         if let Some(hint) = book.hint_until_ms {
             until = until.max(hint);
         }
-        until
-            .min(from_ms.saturating_add(millis_up(c.max_open())))
-            .min(MAX_DEADLINE_MS)
+        until = until.min(from_ms.saturating_add(millis_up(c.max_open())));
+        // A quota hold: the next probe a hold's interval away, or at its
+        // end if that is sooner; never sooner than without the hold.
+        if book.quota_until_ms > from_ms {
+            let next_probe = from_ms.saturating_add(millis_up(c.quota_probe_interval()));
+            until = until.max(book.quota_until_ms.min(next_probe));
+        }
+        until.min(MAX_DEADLINE_MS)
     }
 
     /// Tells the world about a transition: the event, then every waiting
