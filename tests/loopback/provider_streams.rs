@@ -1,7 +1,8 @@
 //! Errors inside a `200` and in a small error body, through real hyper
 //! clients and servers: a fake OpenAI-compatible provider on 127.0.0.1 whose
 //! event streams carry error events (the line cut over two chunks) and whose
-//! 429s carry Gemini's `retryDelay` in their JSON body; called by a hyper
+//! 429s carry Gemini's `retryDelay` in their JSON body or OpenAI's reset of a
+//! spent quota an hour away; called by a hyper
 //! client behind the breaker, and through a hyper gateway that streams the
 //! provider's answer on to its own client. Real sockets, so real time; the
 //! tests assert what is counted and the announced waits, never timings.
@@ -39,7 +40,9 @@ fn breaker() -> Breaker {
 ///   `data: {"error": ...}` cut inside the key, then `[DONE]`;
 /// * `/openai/ok`: 200 `text/event-stream`, two tokens and `[DONE]`;
 /// * `/gemini/429`: 429 `application/json` with its length, the
-///   `RetryInfo.retryDelay` of 52 s, cut over two chunks.
+///   `RetryInfo.retryDelay` of 52 s, cut over two chunks;
+/// * `/openai/quota`: 429 `insufficient_quota` with OpenAI's
+///   `x-ratelimit-reset-requests: 59m30s` and no `Retry-After`.
 async fn provider() -> SocketAddr {
     gateway::serve(Http::One, |req: Request<Incoming>| async move {
         let (status, content_type, chunks): (u16, &str, Vec<&'static str>) = match req.uri().path() {
@@ -71,6 +74,11 @@ async fn provider() -> SocketAddr {
                     "data: [DONE]\n\n",
                 ],
             ),
+            "/openai/quota" => (
+                429,
+                "application/json",
+                vec!["{\"error\":{\"message\":\"You exceeded your current quota\",\"type\":\"insufficient_quota\"}}"],
+            ),
             _ => (
                 429,
                 "application/json; charset=UTF-8",
@@ -80,6 +88,7 @@ async fn provider() -> SocketAddr {
                 ],
             ),
         };
+        let quota = req.uri().path() == "/openai/quota";
         let length: usize = chunks.iter().map(|c| c.len()).sum();
         let frames = futures_util::stream::iter(
             chunks
@@ -92,6 +101,13 @@ async fn provider() -> SocketAddr {
         headers.insert("content-type", HeaderValue::from_str(content_type).unwrap());
         if status != 200 {
             headers.insert("content-length", HeaderValue::from(length));
+        }
+        if quota {
+            headers.insert("x-ratelimit-remaining-requests", HeaderValue::from(0));
+            headers.insert(
+                "x-ratelimit-reset-requests",
+                HeaderValue::from_static("59m30s"),
+            );
         }
         Ok::<_, Infallible>(response)
     })
@@ -215,4 +231,51 @@ async fn geminis_retry_delay_holds_it_open_through_a_hyper_gateway() {
         wait > Duration::from_secs(47) && wait <= Duration::from_secs(52),
         "{wait:?}"
     );
+}
+
+/// Five failures in a row open it; a quota's reset is held up to a day,
+/// probed every quarter hour.
+fn quota_held() -> Breaker {
+    let config = tower_circuit_breaker::Config::builder()
+        .name("provider")
+        .trip(tower_circuit_breaker::policy::ConsecutiveFailures::new(5))
+        .max_quota_hold(Some(Duration::from_secs(24 * 3600)))
+        .quota_probe_interval(Duration::from_secs(15 * 60))
+        .build()
+        .unwrap();
+    Breaker::new(config)
+}
+
+#[tokio::test]
+async fn a_spent_quota_holds_it_open_for_a_direct_client() {
+    let upstream = provider().await;
+    let breaker = quota_held();
+    let body = direct(&breaker, StreamingHttp::new(), upstream, "/openai/quota").await;
+    assert!(body.contains("insufficient_quota"));
+    // One 429 of the five: the reset an hour away opened it at once.
+    assert_eq!(breaker.state(), State::Open);
+    let wait = breaker.retry_after().expect("open");
+    assert!(
+        wait > Duration::from_secs(14 * 60) && wait <= Duration::from_secs(15 * 60),
+        "the next probe a quarter hour away: {wait:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_spent_quota_holds_it_open_through_a_hyper_gateway() {
+    let upstream = provider().await;
+    let breaker = quota_held();
+    let layer = gateway::layer(&breaker, StreamingHttp::new());
+    let front = gateway::gateway(Http::One, upstream, Http::One, layer).await;
+    let (status, body) = gateway::get(Http::One, front, "/openai/quota").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(body.contains("insufficient_quota"));
+    assert_eq!(breaker.state(), State::Open);
+    let (status, _) = gateway::get(Http::One, front, "/openai/quota").await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "refused while held"
+    );
+    assert_eq!(breaker.snapshot().counts.failures, 1);
 }
