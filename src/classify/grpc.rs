@@ -13,6 +13,8 @@ use super::{Classified, Classify, ClassifyEos, FailureClass, HttpClassifier, Out
 /// | --- | --- |
 /// | OK | success |
 /// | UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED | failure |
+/// | CANCELLED with the message `Timeout expired`: tonic's answer when a deadline (`grpc-timeout`, a server's `timeout`) expires | failure, as DEADLINE_EXCEEDED; ignored with [`ignore_expired_deadlines`](GrpcClassifier::ignore_expired_deadlines) |
+/// | CANCELLED otherwise | ignored: the caller gave up |
 /// | INTERNAL, UNKNOWN (and a stream that ends without a status) | ignored, or failures with [`internal_is_failure`](GrpcClassifier::internal_is_failure) |
 /// | INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, UNAUTHENTICATED and every other code | ignored: the request, not the server, is at fault |
 ///
@@ -33,7 +35,12 @@ use super::{Classified, Classify, ClassifyEos, FailureClass, HttpClassifier, Out
 pub struct GrpcClassifier {
     internal_is_failure: bool,
     ignore_pushback: bool,
+    ignore_expired_deadlines: bool,
 }
+
+/// The message tonic gives the CANCELLED status of an expired deadline,
+/// as written in `grpc-message` (percent-encoded) and as said.
+const TIMEOUT_EXPIRED: [&[u8]; 2] = [b"Timeout%20expired", b"Timeout expired"];
 
 impl GrpcClassifier {
     /// The default: INTERNAL and UNKNOWN are ignored, pushbacks are hints.
@@ -53,6 +60,37 @@ impl GrpcClassifier {
     pub fn ignore_pushback(mut self) -> Self {
         self.ignore_pushback = true;
         self
+    }
+
+    /// Counts a CANCELLED status that says a deadline expired (tonic's
+    /// `Timeout expired`, from a client's `Request::set_timeout` or a
+    /// server's `timeout`) as ignored, as any other CANCELLED, rather than
+    /// as the DEADLINE_EXCEEDED failure it is. A call its own caller
+    /// dropped is a cancellation either way.
+    pub fn ignore_expired_deadlines(mut self) -> Self {
+        self.ignore_expired_deadlines = true;
+        self
+    }
+
+    /// The code to judge: CANCELLED for an expired deadline (said by
+    /// `message`) is DEADLINE_EXCEEDED, unless so turned off.
+    pub(crate) fn deadline_code(&self, code: Option<u32>, message: Option<&[u8]>) -> Option<u32> {
+        match (code, message) {
+            (Some(1), Some(message))
+                if !self.ignore_expired_deadlines && TIMEOUT_EXPIRED.contains(&message) =>
+            {
+                Some(4)
+            }
+            _ => code,
+        }
+    }
+
+    /// The verdict for a status code and its `grpc-message` and pushback
+    /// header's values, as they came in a head or trailers.
+    fn verdict_of(&self, headers: &HeaderMap) -> Verdict {
+        let message = headers.get("grpc-message").map(HeaderValue::as_bytes);
+        let code = self.deadline_code(grpc_status(headers), message);
+        self.verdict(code, headers.get("grpc-retry-pushback-ms"))
     }
 
     /// The verdict for a status code (and a pushback header's value).
@@ -110,9 +148,10 @@ pub fn parse_pushback(value: &HeaderValue) -> Option<Duration> {
 /// it: the status in the trailers decides.
 impl ClassifyEos for GrpcClassifier {
     fn classify_eos(self, trailers: Option<&HeaderMap>) -> Verdict {
-        let code = trailers.and_then(grpc_status);
-        let pushback = trailers.and_then(|t| t.get("grpc-retry-pushback-ms"));
-        self.verdict(code, pushback)
+        match trailers {
+            Some(trailers) => self.verdict_of(trailers),
+            None => self.verdict(None, None),
+        }
     }
 }
 
@@ -136,9 +175,7 @@ impl<B, E> Classify<Response<B>, E> for GrpcClassifier {
         };
         match grpc_status(response.headers()) {
             // Trailers-only: the status is in the head.
-            Some(code) => Classified::Ready(
-                self.verdict(Some(code), response.headers().get("grpc-retry-pushback-ms")),
-            ),
+            Some(_) => Classified::Ready(self.verdict_of(response.headers())),
             None => Classified::AtEndOfStream(*self),
         }
     }
@@ -186,6 +223,27 @@ mod tests {
             Outcome::Failure
         );
         let huge = HeaderValue::from_static("99999999999999999999999");
+        assert_eq!(parse_pushback(&huge), Some(Duration::from_millis(u64::MAX)));
+    }
+
+    #[test]
+    fn an_expired_deadline_is_a_timeout_and_any_other_cancel_is_ignored() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("1"));
+        let c = GrpcClassifier::new();
+        assert_eq!(c.classify_eos(Some(&trailers)).outcome(), Outcome::Ignore);
+        trailers.insert(
+            "grpc-message",
+            HeaderValue::from_static("Timeout%20expired"),
+        );
+        let verdict = c.classify_eos(Some(&trailers));
+        assert_eq!(verdict.outcome(), Outcome::Failure);
+        assert_eq!(verdict.class(), Some(FailureClass::Timeout));
+        let ignoring = c.ignore_expired_deadlines();
+        assert_eq!(
+            ignoring.classify_eos(Some(&trailers)).outcome(),
+            Outcome::Ignore
+        );
         assert_eq!(parse_pushback(&huge), Some(Duration::from_millis(u64::MAX)));
     }
 }

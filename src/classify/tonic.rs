@@ -17,6 +17,8 @@ pub(crate) const PUSHBACK: &str = "grpc-retry-pushback-ms";
 /// | --- | --- |
 /// | `Ok`, or a status with code OK | success |
 /// | UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED | failure |
+/// | CANCELLED for an expired deadline (tonic's `Timeout expired`: a `Request::set_timeout`, `grpc-timeout` or a server's `timeout` that passed) | failure, as DEADLINE_EXCEEDED; ignored with [`ignore_expired_deadlines`](TonicClassifier::ignore_expired_deadlines) |
+/// | CANCELLED otherwise | ignored: the caller gave up |
 /// | INTERNAL, UNKNOWN | ignored, or failures with [`internal_is_failure`](TonicClassifier::internal_is_failure) |
 /// | INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, UNAUTHENTICATED and every other code | ignored: the request, not the server, is at fault |
 ///
@@ -91,6 +93,13 @@ impl TonicClassifier {
         self
     }
 
+    /// Ignores a CANCELLED status for an expired deadline, as
+    /// [`GrpcClassifier::ignore_expired_deadlines`].
+    pub fn ignore_expired_deadlines(mut self) -> Self {
+        self.codes = self.codes.ignore_expired_deadlines();
+        self
+    }
+
     /// Never reads `grpc-retry-pushback-ms`, as
     /// [`GrpcClassifier::ignore_pushback`].
     pub fn ignore_pushback(mut self) -> Self {
@@ -105,10 +114,31 @@ impl<T> Classify<T, Status> for TonicClassifier {
     fn classify(&self, result: Result<&T, &Status>) -> Classified<Infallible> {
         Classified::Ready(match result {
             Ok(_) => self.codes.verdict(Some(Code::Ok as u32), None),
-            Err(status) => self.codes.verdict(
-                Some(status.code() as u32),
-                status.metadata().as_ref().get(PUSHBACK),
-            ),
+            Err(status) => {
+                // tonic's own deadline: CANCELLED, its source (or its
+                // message) the `TimeoutExpired` of its timeout layer.
+                let expired = status.code() == Code::Cancelled
+                    && (status.message() == "Timeout expired" || timed_out(status));
+                let message = expired.then_some(&b"Timeout expired"[..]);
+                self.codes.verdict(
+                    self.codes
+                        .deadline_code(Some(status.code() as u32), message),
+                    status.metadata().as_ref().get(PUSHBACK),
+                )
+            }
         })
     }
+}
+
+/// Whether `status` came from tonic's `TimeoutExpired`, anywhere in its
+/// chain of sources.
+fn timed_out(status: &Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(err) = source {
+        if err.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }

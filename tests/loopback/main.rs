@@ -34,6 +34,7 @@ mod admin;
 mod axum_gateway;
 mod axum_route_layer;
 mod body_panics;
+mod grpc_deadlines;
 mod hyper_client;
 mod keyed_gateway;
 mod model_router;
