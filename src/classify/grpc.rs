@@ -244,6 +244,5 @@ mod tests {
             ignoring.classify_eos(Some(&trailers)).outcome(),
             Outcome::Ignore
         );
-        assert_eq!(parse_pushback(&huge), Some(Duration::from_millis(u64::MAX)));
     }
 }
