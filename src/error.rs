@@ -28,7 +28,8 @@ use crate::events::State;
 /// ```
 ///
 /// Services with a typed error enum get it through `From<CircuitOpen>`.
-#[derive(Clone, Debug)]
+#[cfg_attr(not(feature = "tonic"), derive(Clone))]
+#[derive(Debug)]
 pub struct CircuitOpen {
     name: Name,
     /// When the breaker may admit a call again: [`retry_after`](Self::retry_after)
@@ -37,6 +38,17 @@ pub struct CircuitOpen {
     /// arithmetic on time.
     retry_at: Instant,
     state: State,
+    /// The refusal as a gRPC status, made the first time its source is
+    /// asked for (see `source`).
+    #[cfg(feature = "tonic")]
+    status: std::sync::OnceLock<Box<tonic::Status>>,
+}
+
+#[cfg(feature = "tonic")]
+impl Clone for CircuitOpen {
+    fn clone(&self) -> Self {
+        CircuitOpen::new(self.name.clone(), self.retry_at, self.state)
+    }
 }
 
 /// The longest name a rejection carries by value.
@@ -91,6 +103,8 @@ impl CircuitOpen {
             name,
             retry_at,
             state,
+            #[cfg(feature = "tonic")]
+            status: std::sync::OnceLock::new(),
         }
     }
 
@@ -232,7 +246,21 @@ impl fmt::Display for CircuitOpen {
     }
 }
 
-impl Error for CircuitOpen {}
+/// With the `tonic` feature, a refusal's source is itself as a gRPC
+/// status (`UNAVAILABLE` with `grpc-retry-pushback-ms`, as
+/// `From<CircuitOpen> for Status` makes it), so that tonic finds it in an
+/// error chain: a generated client over a stack whose error is `BoxError`
+/// (`tower::timeout` inside the breaker) answers a refusal with that status,
+/// not `UNKNOWN`. Without the feature, it has none.
+impl Error for CircuitOpen {
+    #[cfg(feature = "tonic")]
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        let status = self
+            .status
+            .get_or_init(|| Box::new(crate::tonic::unavailable(self)));
+        Some(&**status)
+    }
+}
 
 /// The requirement on the error type of the service a breaker guards: it
 /// can hold a refusal (`From<CircuitOpen>`), since a refused call answers

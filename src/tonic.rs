@@ -53,17 +53,24 @@ impl From<CircuitOpen> for Status {
     /// # }
     /// ```
     fn from(open: CircuitOpen) -> Status {
-        let delay_ms = pushback_ms(open.retry_after());
-        let mut status = Status::unavailable(format!(
-            "upstream `{}` is unavailable; retry after {delay_ms} ms",
-            open.breaker()
-        ));
-        status
-            .metadata_mut()
-            .insert(PUSHBACK, MetadataValue::from(delay_ms));
+        let mut status = unavailable(&open);
         status.set_source(Arc::new(open));
         status
     }
+}
+
+/// The status of a refusal, without a source: what `CircuitOpen`'s own
+/// source is, so that an error chain ends there.
+pub(crate) fn unavailable(open: &CircuitOpen) -> Status {
+    let delay_ms = pushback_ms(open.retry_after());
+    let mut status = Status::unavailable(format!(
+        "upstream `{}` is unavailable; retry after {delay_ms} ms",
+        open.breaker()
+    ));
+    status
+        .metadata_mut()
+        .insert(PUSHBACK, MetadataValue::from(delay_ms));
+    status
 }
 
 /// A delay as a pushback: rounded up (a client told to come back never

@@ -2,6 +2,8 @@
 //! that hangs past every deadline answers, or is answered for, CANCELLED
 //! "Timeout expired", which the breaker counts as the DEADLINE_EXCEEDED
 //! failure it is, while a call its caller dropped stays a cancellation.
+//! A refusal reaches a generated client as UNAVAILABLE with its pushback
+//! even through a `BoxError` stack (`tower::timeout` inside the breaker).
 //! Real sockets, so real time: deadlines of 100 ms, and the tests assert
 //! counts and states, not timings.
 #![cfg(feature = "tonic")]
@@ -135,4 +137,36 @@ async fn a_servers_deadline_answered_as_cancelled_is_a_failure_around_a_channel(
     let refused = HealthClient::new(guarded).check(check()).await.unwrap_err();
     assert_ne!(refused.code(), Code::Cancelled, "refused, not sent");
     assert_eq!(breaker.snapshot().counts.failures, 1);
+}
+
+/// The README's order, `tower::timeout` directly inside the breaker: the
+/// stack's error is `BoxError`, and a generated client still answers a
+/// refusal with UNAVAILABLE and its pushback, not UNKNOWN.
+#[tokio::test]
+async fn a_refusal_through_a_boxed_error_reaches_a_generated_client_as_unavailable() {
+    let backend = hanging_backend(None).await;
+    let breaker = breaker();
+    let channel = Endpoint::from_shared(format!("http://{backend}"))
+        .unwrap()
+        .connect_lazy();
+    let guarded = ServiceBuilder::new()
+        .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).classify(GrpcClassifier::new()))
+        .timeout(DEADLINE)
+        .service(channel);
+    breaker.force_open(Some(Duration::from_millis(2_500)));
+    let refused = HealthClient::new(guarded).check(check()).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert_eq!(
+        refused.metadata().get("grpc-retry-pushback-ms").unwrap(),
+        "2500"
+    );
+    assert!(tower_circuit_breaker::CircuitOpen::find(&refused).is_some());
+    // The chain of sources ends: refusal, its status, and no further.
+    let mut depth = 0;
+    let mut source: Option<&dyn std::error::Error> = Some(&refused);
+    while let Some(err) = source {
+        depth += 1;
+        assert!(depth < 8, "an endless chain of sources");
+        source = err.source();
+    }
 }
