@@ -65,6 +65,10 @@
 //! * **Probes are reservations**: a half-open permit is taken in
 //!   `poll_ready`, moved into the response future by `call`, and given back
 //!   when the future completes, is dropped, or panics.
+//! * **Which requests may probe** is a predicate's to say
+//!   (`probe_when`, [`eligible`]): the others are refused while a probe is
+//!   due and take no permit (then the permit is taken in `call`, where the
+//!   request is seen); closed, every request passes.
 //! * **The open period** starts at `cooldown`, grows by `backoff` on each
 //!   failed probe up to `max_open`, resets on close, is never shorter than
 //!   `min_open` nor than a retry-after the upstream announced (capped by
