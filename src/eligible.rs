@@ -31,6 +31,9 @@
 //! and [`marked`] (a [`SafeProbe`] in the request's extensions). Any
 //! `Fn(&Req) -> bool` is a predicate, so they combine in a closure:
 //! `|req: &Request<B>| idempotent_methods(req) || marked(req)`.
+//! They are generic over the body: the compiler learns its type where the
+//! service is called or named (`oneshot`, a `BoxCloneService`); where
+//! nothing does, name it: `idempotent_methods::<Body>`.
 //!
 //! ```
 //! use std::time::Duration;

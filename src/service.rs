@@ -200,7 +200,7 @@ impl<S, C, P> CircuitBreaker<S, C, P> {
     ///     service_fn(|_req: Request<()>| async { Ok::<_, BoxError>(()) }),
     ///     &breaker,
     /// )
-    /// .probe_when(eligible::idempotent_methods);
+    /// .probe_when(eligible::idempotent_methods::<()>);
     /// # let _ = svc;
     /// ```
     pub fn probe_when<P2>(self, predicate: P2) -> CircuitBreaker<S, C, P2> {

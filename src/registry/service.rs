@@ -102,7 +102,7 @@ impl<K, F, C, P> KeyedLayer<K, F, C, P> {
     /// let svc = ServiceBuilder::new()
     ///     .layer(
     ///         KeyedLayer::new(registry, |req: &Request<()>| req.uri().path().to_string())
-    ///             .probe_when(eligible::marked),
+    ///             .probe_when(eligible::marked::<()>),
     ///     )
     ///     .service(service_fn(|_req: Request<()>| async { Ok::<_, BoxError>(()) }));
     /// # let _ = svc;
