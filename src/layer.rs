@@ -5,6 +5,7 @@ use tower_layer::Layer;
 use crate::breaker::Breaker;
 use crate::classify::ErrorsAsFailures;
 use crate::config::Config;
+use crate::eligible::AnyRequest;
 use crate::service::{CircuitBreaker, Readiness};
 
 /// Wraps services in a [`CircuitBreaker`].
@@ -35,10 +36,11 @@ use crate::service::{CircuitBreaker, Readiness};
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct CircuitBreakerLayer<C = ErrorsAsFailures> {
+pub struct CircuitBreakerLayer<C = ErrorsAsFailures, P = AnyRequest> {
     breaker: Breaker,
     classifier: C,
     mode: Readiness,
+    eligible: P,
 }
 
 impl CircuitBreakerLayer {
@@ -54,17 +56,62 @@ impl CircuitBreakerLayer {
             breaker,
             classifier: ErrorsAsFailures,
             mode: Readiness::FailFast,
+            eligible: AnyRequest,
         }
     }
 }
 
-impl<C> CircuitBreakerLayer<C> {
+impl<C, P> CircuitBreakerLayer<C, P> {
     /// Uses `classifier` to decide which results count as failures.
-    pub fn classify<C2>(self, classifier: C2) -> CircuitBreakerLayer<C2> {
+    pub fn classify<C2>(self, classifier: C2) -> CircuitBreakerLayer<C2, P> {
         CircuitBreakerLayer {
             breaker: self.breaker,
             classifier,
             mode: self.mode,
+            eligible: self.eligible,
+        }
+    }
+
+    /// Lets only the requests `predicate` accepts be a half-open probe
+    /// (default: any request). Any `Fn(&Req) -> bool` is a predicate;
+    /// [`eligible`](crate::eligible) ships two for `http::Request`s.
+    ///
+    /// While a probe is due, a request the predicate refuses is refused
+    /// with [`CircuitOpen`](crate::CircuitOpen) (state half-open), is not
+    /// called, and takes no probe permit: the next request that may probe
+    /// still probes. Its `retry_after` is what every refused caller is told
+    /// while half-open (the probes' deadline, at most the open period that
+    /// just ended). Closed, every request passes and the predicate is not
+    /// asked.
+    ///
+    /// ```
+    /// use http::Request;
+    /// use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
+    /// use tower_circuit_breaker::{eligible, CircuitBreakerLayer, Config};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), BoxError> {
+    /// let client = ServiceBuilder::new()
+    ///     .layer(
+    ///         CircuitBreakerLayer::new(Config::builder().name("payments").build()?)
+    ///             // A retried GET is harmless; a POST is not: only the first probes.
+    ///             .probe_when(|req: &Request<()>| {
+    ///                 eligible::idempotent_methods(req) || eligible::marked(req)
+    ///             }),
+    ///     )
+    ///     .service(service_fn(|_req: Request<()>| async { Ok::<_, BoxError>("paid") }));
+    ///
+    /// // Closed: every request passes, whatever the predicate says.
+    /// assert_eq!(client.oneshot(Request::post("/charge").body(())?).await?, "paid");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn probe_when<P2>(self, predicate: P2) -> CircuitBreakerLayer<C, P2> {
+        CircuitBreakerLayer {
+            breaker: self.breaker,
+            classifier: self.classifier,
+            mode: self.mode,
+            eligible: predicate,
         }
     }
 
@@ -107,11 +154,12 @@ impl From<&Breaker> for CircuitBreakerLayer {
     }
 }
 
-impl<S, C: Clone> Layer<S> for CircuitBreakerLayer<C> {
-    type Service = CircuitBreaker<S, C>;
+impl<S, C: Clone, P: Clone> Layer<S> for CircuitBreakerLayer<C, P> {
+    type Service = CircuitBreaker<S, C, P>;
 
     fn layer(&self, inner: S) -> Self::Service {
         CircuitBreaker::with_classifier(inner, &self.breaker, self.classifier.clone())
             .readiness(self.mode)
+            .probe_when(self.eligible.clone())
     }
 }

@@ -65,6 +65,10 @@
 //! * **Probes are reservations**: a half-open permit is taken in
 //!   `poll_ready`, moved into the response future by `call`, and given back
 //!   when the future completes, is dropped, or panics.
+//! * **Which requests may probe** is a predicate's to say
+//!   (`probe_when`, [`eligible`]): the others are refused while a probe is
+//!   due and take no permit (then the permit is taken in `call`, where the
+//!   request is seen); closed, every request passes.
 //! * **The open period** starts at `cooldown`, grows by `backoff` on each
 //!   failed probe up to `max_open`, resets on close, is never shorter than
 //!   `min_open` nor than a retry-after the upstream announced (capped by
@@ -255,7 +259,7 @@
 //! | `policy`, `outcome`, `classify` | pure decisions: outcomes in, a verdict out; a call's result in, an outcome out |
 //! | `config`, `error`, `events` | validated settings; typed errors; states, transitions and the [observer](events::Observer) hook |
 //! | `breaker` (the core) | the state word and generations, admission and permits, recording, transitions, manual control; the ports it defines: the fleet backend's trait, the prober's |
-//! | `service`, `future`, `body`, `layer` | the tower service and layer over the core; outcomes recorded when the response, or its body's end of stream, arrives |
+//! | `service`, `future`, `body`, `layer`, `eligible` | the tower service and layer over the core; outcomes recorded when the response, or its body's end of stream, arrives; which requests may probe |
 //! | `registry`, `failover`, `probe` | keyed breakers; the candidate chain; active probing through the core's admission |
 //! | `store`, `metrics_facade`, `serialization`, `axum`, `tonic` | fleet backends on the core's port; observers; integrations |
 //!
@@ -306,6 +310,7 @@ pub mod body;
 mod breaker;
 pub mod classify;
 mod config;
+pub mod eligible;
 mod error;
 pub mod events;
 pub mod failover;

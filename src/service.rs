@@ -16,6 +16,7 @@ use crate::breaker::shared::Shared;
 use crate::breaker::state::{Tag, Word};
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures};
+use crate::eligible::{AnyRequest, ProbeEligibility};
 use crate::error::{CircuitOpen, HoldsCircuitOpen, Name};
 use crate::future::{Finish, Hold, Record, ResponseFuture};
 use crate::local::Owner;
@@ -137,14 +138,19 @@ enum Reservation {
 /// # }
 /// ```
 ///
+/// With a probe predicate ([`probe_when`](Self::probe_when)), only the
+/// requests it accepts may be a half-open probe; see [`eligible`](crate::eligible).
+///
 /// [`CircuitBreakerLayer`]: crate::CircuitBreakerLayer
-pub struct CircuitBreaker<S, C = ErrorsAsFailures> {
+pub struct CircuitBreaker<S, C = ErrorsAsFailures, P = AnyRequest> {
     inner: S,
     handle: Handle<C>,
     ready: Reservation,
     mode: Readiness,
     /// Gate mode's one timer: the end of the period it waits for.
     sleep: Option<Pin<Box<Sleep>>>,
+    /// Which requests may probe: asked only off the closed path.
+    eligible: P,
 }
 
 impl<S> CircuitBreaker<S> {
@@ -163,16 +169,49 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
             ready: Reservation::Unchecked,
             mode: Readiness::FailFast,
             sleep: None,
+            eligible: AnyRequest,
         }
     }
 }
 
-impl<S, C> CircuitBreaker<S, C> {
+impl<S, C, P> CircuitBreaker<S, C, P> {
     /// Sets how `poll_ready` answers while the breaker will not admit a call
     /// (default [`Readiness::FailFast`]).
     pub fn readiness(mut self, mode: Readiness) -> Self {
         self.mode = mode;
         self
+    }
+
+    /// Lets only the requests `predicate` accepts be a half-open probe
+    /// (default: any request). While a probe is due, another request is
+    /// refused with [`CircuitOpen`] and takes no permit; closed, every
+    /// request passes. See [`eligible`](crate::eligible), whose
+    /// [`idempotent_methods`](crate::eligible::idempotent_methods) and
+    /// [`marked`](crate::eligible::marked) are predicates for
+    /// `http::Request`s.
+    ///
+    /// ```
+    /// use http::Request;
+    /// use tower::{service_fn, BoxError};
+    /// use tower_circuit_breaker::{eligible, Breaker, CircuitBreaker, Config};
+    ///
+    /// let breaker = Breaker::new(Config::default());
+    /// let svc = CircuitBreaker::new(
+    ///     service_fn(|_req: Request<()>| async { Ok::<_, BoxError>(()) }),
+    ///     &breaker,
+    /// )
+    /// .probe_when(eligible::idempotent_methods::<()>);
+    /// # let _ = svc;
+    /// ```
+    pub fn probe_when<P2>(self, predicate: P2) -> CircuitBreaker<S, C, P2> {
+        CircuitBreaker {
+            inner: self.inner,
+            handle: self.handle,
+            ready: self.ready,
+            mode: self.mode,
+            sleep: self.sleep,
+            eligible: predicate,
+        }
     }
 
     /// A handle to the breaker.
@@ -377,6 +416,11 @@ impl Settled {
                 retry_at: Instant::now(),
                 state: shared.state(),
             },
+            // Asked for a call that may not probe, while a probe is due.
+            Decision::ProbeDue { retry_at } => Settled::Refused {
+                retry_at,
+                state: State::HalfOpen,
+            },
             Decision::Bypass { counted, shadowed } => {
                 if shadowed {
                     counts.count(shared, false);
@@ -395,12 +439,13 @@ impl Settled {
     }
 }
 
-impl<S, C, Req> Service<Req> for CircuitBreaker<S, C>
+impl<S, C, P, Req> Service<Req> for CircuitBreaker<S, C, P>
 where
     S: Service<Req>,
     S::Error: HoldsCircuitOpen,
     C: Classify<S::Response, S::Error> + Clone,
     C::Eos: Finish<S::Response>,
+    P: ProbeEligibility<Req>,
 {
     type Response = <C::Eos as Finish<S::Response>>::Response;
     type Error = S::Error;
@@ -417,13 +462,14 @@ where
     }
 }
 
-impl<S, C: Clone> CircuitBreaker<S, C> {
+impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
     /// `poll_ready`, whatever the classifier: admission does not depend on
     /// how outcomes are judged.
     #[inline]
     pub(crate) fn admit_ready<Req>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>>
     where
         S: Service<Req>,
+        P: ProbeEligibility<Req>,
     {
         let word = self.handle.shared.load();
         if word.tag() == Tag::Closed {
@@ -455,6 +501,7 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
     pub(crate) fn admit_call<Req>(&mut self, req: Req) -> ResponseFuture<S::Future, C>
     where
         S: Service<Req>,
+        P: ProbeEligibility<Req>,
     {
         let word = self.handle.shared.load();
         if word.tag() == Tag::Closed {
@@ -489,10 +536,11 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
     }
 }
 
-impl<S, C: Clone> CircuitBreaker<S, C> {
+impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
     fn poll_ready_not_closed<Req>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>>
     where
         S: Service<Req>,
+        P: ProbeEligibility<Req>,
     {
         // Each turn either returns or follows a change of state or the end
         // of a period; the bound only guards against a clock that disagrees
@@ -502,8 +550,18 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
             // kept while it belongs to the current half-open generation.
             let keep = matches!(&self.ready, Reservation::Probe(permit) if permit.is_current());
             if !keep {
-                self.ready = match self.handle.shared.admit() {
-                    Decision::Closed(_) | Decision::Bypass { .. } => Reservation::Unchecked,
+                // With a predicate, readiness cannot see the request: it
+                // reserves nothing, and `call` takes the permit for a
+                // request that may probe.
+                let decision = if P::ANY_REQUEST {
+                    self.handle.shared.admit()
+                } else {
+                    self.handle.shared.admit_without_probe()
+                };
+                self.ready = match decision {
+                    Decision::Closed(_) | Decision::Bypass { .. } | Decision::ProbeDue { .. } => {
+                        Reservation::Unchecked
+                    }
                     Decision::Probe(permit) => Reservation::Probe(permit),
                     Decision::Reject {
                         retry_at,
@@ -574,6 +632,7 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
     fn call_not_closed<Req>(&mut self, req: Req, word: Word) -> ResponseFuture<S::Future, C>
     where
         S: Service<Req>,
+        P: ProbeEligibility<Req>,
     {
         // Read a refusal field by field: moving the whole readiness out right
         // after `poll_ready` wrote it would stall on store forwarding.
@@ -600,10 +659,16 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
                 self.call_admitted(req, permit.generation(), Some(permit), Record::Policy)
             }
             // The breaker left closed since `poll_ready` (or there was
-            // none), or the reservation lapsed: decide again, so a breaker
-            // that opened in between refuses without calling.
+            // none), or the reservation lapsed, or a predicate left the
+            // permit to `call`: decide again, so a breaker that opened in
+            // between refuses without calling, and a request that may not
+            // probe takes no permit.
             _ => match Settled::of(
-                self.handle.shared.admit(),
+                if P::ANY_REQUEST || self.eligible.may_probe(&req) {
+                    self.handle.shared.admit()
+                } else {
+                    self.handle.shared.admit_without_probe()
+                },
                 &self.handle.shared,
                 self.handle.counts(),
             ) {
@@ -645,7 +710,7 @@ impl<S, C: Clone> CircuitBreaker<S, C> {
     }
 }
 
-impl<S: Clone, C: Clone> Clone for CircuitBreaker<S, C> {
+impl<S: Clone, C: Clone, P: Clone> Clone for CircuitBreaker<S, C, P> {
     fn clone(&self) -> Self {
         CircuitBreaker {
             inner: self.inner.clone(),
@@ -659,11 +724,12 @@ impl<S: Clone, C: Clone> Clone for CircuitBreaker<S, C> {
             mode: self.mode,
             // Timers are per clone: each waits on its own.
             sleep: None,
+            eligible: self.eligible.clone(),
         }
     }
 }
 
-impl<S: fmt::Debug, C> fmt::Debug for CircuitBreaker<S, C> {
+impl<S: fmt::Debug, C, P> fmt::Debug for CircuitBreaker<S, C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CircuitBreaker")
             .field("inner", &self.inner)

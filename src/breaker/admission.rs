@@ -17,6 +17,10 @@ pub(crate) enum Decision {
     Closed(u32),
     /// Half-open: this call is a probe and holds a permit.
     Probe(Permit),
+    /// Half-open with a permit free, asked by a call that may not probe
+    /// ([`Shared::admit_without_probe`]): no permit was taken. Refused, it
+    /// waits until `retry_at`, as a refusal with every permit taken would.
+    ProbeDue { retry_at: Instant },
     /// Let the call through without feeding the trip policy: held closed
     /// (`counted`: its outcome still shows in the counts), disabled, or a
     /// refusal that shadow mode turns into a pass (`shadowed`).

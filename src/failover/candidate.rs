@@ -7,6 +7,7 @@ use std::hash::Hash;
 use tower_service::Service;
 
 use crate::classify::Classify;
+use crate::eligible::ProbeEligibility;
 use crate::error::HoldsCircuitOpen;
 use crate::future::Finish;
 use crate::registry::{HoldsKeyedRefusals, KeyedCircuitBreaker};
@@ -41,14 +42,15 @@ pub trait Candidate<Req>: Service<Req> + Clone + sealed::Sealed {
     fn around(response: <Self::Inner as Service<Req>>::Response) -> Self::Response;
 }
 
-impl<S, C> sealed::Sealed for CircuitBreaker<S, C> {}
+impl<S, C, P> sealed::Sealed for CircuitBreaker<S, C, P> {}
 
-impl<S, C, Req> Candidate<Req> for CircuitBreaker<S, C>
+impl<S, C, P, Req> Candidate<Req> for CircuitBreaker<S, C, P>
 where
     S: Service<Req> + Clone,
     S::Error: HoldsCircuitOpen,
     C: Classify<S::Response, S::Error> + Clone,
     C::Eos: Finish<S::Response>,
+    P: ProbeEligibility<Req> + Clone,
 {
     type Inner = S;
 
@@ -66,10 +68,11 @@ where
     }
 }
 
-impl<S, K, F, C> sealed::Sealed for KeyedCircuitBreaker<S, K, F, C> {}
+impl<S, K, F, C, P> sealed::Sealed for KeyedCircuitBreaker<S, K, F, C, P> {}
 
-impl<S, K, F, C, Req> Candidate<Req> for KeyedCircuitBreaker<S, K, F, C>
+impl<S, K, F, C, P, Req> Candidate<Req> for KeyedCircuitBreaker<S, K, F, C, P>
 where
+    P: ProbeEligibility<Req> + Clone,
     S: Service<Req> + Clone,
     S::Error: HoldsKeyedRefusals,
     K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,

@@ -89,7 +89,7 @@ where
     /// ```
     pub fn try_acquire(&self, key: &K) -> Result<KeyedPermit, AcquireError> {
         let (child, parent) = self.get_with_parent(key)?;
-        let legs = admit_looked_up(child, parent)?;
+        let legs = admit_looked_up(child, parent, || true)?;
         let start = legs
             .iter()
             .flatten()

@@ -19,6 +19,7 @@ use crate::breaker::admission::Permit;
 use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
 use crate::classify::{Classified, Classify, ErrorsAsFailures, Outcome, Verdict};
+use crate::eligible::{AnyRequest, ProbeEligibility};
 use crate::error::{CircuitOpen, Name};
 use crate::future::{cancel, record, Finish, Obligation, Pending, Record};
 use crate::local::{Lease, Owner};
@@ -45,18 +46,20 @@ use crate::service::{Counts, Settled};
 /// # Ok(())
 /// # }
 /// ```
-pub struct KeyedLayer<K, F, C = ErrorsAsFailures> {
+pub struct KeyedLayer<K, F, C = ErrorsAsFailures, P = AnyRequest> {
     registry: Registry<K>,
     key_of: F,
     classifier: C,
+    eligible: P,
 }
 
-impl<K, F: Clone, C: Clone> Clone for KeyedLayer<K, F, C> {
+impl<K, F: Clone, C: Clone, P: Clone> Clone for KeyedLayer<K, F, C, P> {
     fn clone(&self) -> Self {
         KeyedLayer {
             registry: self.registry.clone(),
             key_of: self.key_of.clone(),
             classifier: self.classifier.clone(),
+            eligible: self.eligible.clone(),
         }
     }
 }
@@ -68,23 +71,54 @@ impl<K, F> KeyedLayer<K, F> {
             registry,
             key_of,
             classifier: ErrorsAsFailures,
+            eligible: AnyRequest,
         }
     }
 }
 
-impl<K, F, C> KeyedLayer<K, F, C> {
+impl<K, F, C, P> KeyedLayer<K, F, C, P> {
     /// Uses `classifier` to decide which results count as failures.
-    pub fn classify<C2>(self, classifier: C2) -> KeyedLayer<K, F, C2> {
+    pub fn classify<C2>(self, classifier: C2) -> KeyedLayer<K, F, C2, P> {
         KeyedLayer {
             registry: self.registry,
             key_of: self.key_of,
             classifier,
+            eligible: self.eligible,
+        }
+    }
+
+    /// Lets only the requests `predicate` accepts be a half-open probe, at
+    /// every key's breaker and at its parent's (default: any request). A
+    /// request it refuses, met by a breaker with a probe due, is refused
+    /// with [`CircuitOpen`] and takes no permit; closed breakers let every
+    /// request through without asking. See [`eligible`](crate::eligible).
+    ///
+    /// ```
+    /// use http::Request;
+    /// use tower::{service_fn, BoxError, ServiceBuilder};
+    /// use tower_circuit_breaker::{eligible, registry::{KeyedLayer, Registry}, Config};
+    ///
+    /// let registry = Registry::<String>::new(Config::default());
+    /// let svc = ServiceBuilder::new()
+    ///     .layer(
+    ///         KeyedLayer::new(registry, |req: &Request<()>| req.uri().path().to_string())
+    ///             .probe_when(eligible::marked::<()>),
+    ///     )
+    ///     .service(service_fn(|_req: Request<()>| async { Ok::<_, BoxError>(()) }));
+    /// # let _ = svc;
+    /// ```
+    pub fn probe_when<P2>(self, predicate: P2) -> KeyedLayer<K, F, C, P2> {
+        KeyedLayer {
+            registry: self.registry,
+            key_of: self.key_of,
+            classifier: self.classifier,
+            eligible: predicate,
         }
     }
 }
 
-impl<S, K, F: Clone, C: Clone> Layer<S> for KeyedLayer<K, F, C> {
-    type Service = KeyedCircuitBreaker<S, K, F, C>;
+impl<S, K, F: Clone, C: Clone, P: Clone> Layer<S> for KeyedLayer<K, F, C, P> {
+    type Service = KeyedCircuitBreaker<S, K, F, C, P>;
 
     fn layer(&self, inner: S) -> Self::Service {
         KeyedCircuitBreaker {
@@ -92,6 +126,7 @@ impl<S, K, F: Clone, C: Clone> Layer<S> for KeyedLayer<K, F, C> {
             registry: self.registry.clone(),
             key_of: self.key_of.clone(),
             classifier: self.classifier.clone(),
+            eligible: self.eligible.clone(),
             recent: Recent::new(),
         }
     }
@@ -122,28 +157,33 @@ impl<S, K, F: Clone, C: Clone> Layer<S> for KeyedLayer<K, F, C> {
 /// holds about 400 bytes of handles per breaker (at most `2 × RECENT_KEYS`)
 /// plus a copy of each key. Clone once per task or connection, as `Buffer`
 /// and balancers do, rather than once per request.
-pub struct KeyedCircuitBreaker<S, K, F, C = ErrorsAsFailures> {
+///
+/// With a probe predicate ([`KeyedLayer::probe_when`]), it is asked in
+/// `call`, only when a breaker the request meets is not closed.
+pub struct KeyedCircuitBreaker<S, K, F, C = ErrorsAsFailures, P = AnyRequest> {
     inner: S,
     registry: Registry<K>,
     key_of: F,
     classifier: C,
+    eligible: P,
     recent: Recent<K>,
 }
 
-impl<S: Clone, K, F: Clone, C: Clone> Clone for KeyedCircuitBreaker<S, K, F, C> {
+impl<S: Clone, K, F: Clone, C: Clone, P: Clone> Clone for KeyedCircuitBreaker<S, K, F, C, P> {
     fn clone(&self) -> Self {
         KeyedCircuitBreaker {
             inner: self.inner.clone(),
             registry: self.registry.clone(),
             key_of: self.key_of.clone(),
             classifier: self.classifier.clone(),
+            eligible: self.eligible.clone(),
             // Each clone remembers its own keys.
             recent: Recent::new(),
         }
     }
 }
 
-impl<S: fmt::Debug, K, F, C> fmt::Debug for KeyedCircuitBreaker<S, K, F, C> {
+impl<S: fmt::Debug, K, F, C, P> fmt::Debug for KeyedCircuitBreaker<S, K, F, C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedCircuitBreaker")
             .field("inner", &self.inner)
@@ -348,10 +388,15 @@ impl Leg {
     /// (counting the refusal). The admission is counted by the caller once
     /// every breaker the call goes through has admitted it: a call a child
     /// refuses was not admitted by its parent either.
+    /// `may_probe` is asked only when the breaker is not closed.
     #[inline(always)]
-    fn admit(hold: Hold, counts: Counts<'_>) -> Result<Leg, CircuitOpen> {
+    fn admit(
+        hold: Hold,
+        counts: Counts<'_>,
+        may_probe: impl FnOnce() -> bool,
+    ) -> Result<Leg, CircuitOpen> {
         let shared = hold.shared();
-        match Settled::of(shared.admit(), shared, counts) {
+        match Settled::of(shared.admit_if(may_probe), shared, counts) {
             Settled::Admitted {
                 generation,
                 permit,
@@ -418,15 +463,17 @@ impl Leg {
 /// Admits a call at its key's breaker and its parent's: the parent first,
 /// so that when it is open the child is not asked (and takes no probe
 /// permit it would only give back). Dropping the parent's leg on the
-/// child's refusal gives back any permit it took.
+/// child's refusal gives back any permit it took. `may_probe` says whether
+/// the call may be a probe, asked only of a breaker that is not closed.
 #[inline(always)]
 pub(super) fn admit_both(
     child: (Hold, Counts<'_>),
     parent: Option<(Hold, Counts<'_>)>,
+    may_probe: impl Fn() -> bool,
 ) -> Result<[Option<Leg>; 2], CircuitOpen> {
     let (hold, counts) = child;
     let parent = match parent {
-        Some((parent, parent_counts)) => match Leg::admit(parent, parent_counts) {
+        Some((parent, parent_counts)) => match Leg::admit(parent, parent_counts, &may_probe) {
             Ok(leg) => Some((leg, parent_counts)),
             Err(refused) => {
                 // The child's call, refused for it: its count shows it too.
@@ -436,7 +483,7 @@ pub(super) fn admit_both(
         },
         None => None,
     };
-    let child = Leg::admit(hold, counts)?;
+    let child = Leg::admit(hold, counts, &may_probe)?;
     counts.count(child.hold.shared(), true);
     if let Some((leg, counts)) = &parent {
         counts.count(leg.hold.shared(), true);
@@ -450,15 +497,17 @@ pub(super) fn admit_both(
 pub(super) fn admit_looked_up(
     child: Breaker,
     parent: Option<Breaker>,
+    may_probe: impl Fn() -> bool,
 ) -> Result<[Option<Leg>; 2], CircuitOpen> {
     let looked_up = |breaker| Hold::Shared(LookedUp::new(breaker));
     admit_both(
         (looked_up(child), Counts::Breaker),
         parent.map(|parent| (looked_up(parent), Counts::Breaker)),
+        may_probe,
     )
 }
 
-impl<S, K, F, C, Req> Service<Req> for KeyedCircuitBreaker<S, K, F, C>
+impl<S, K, F, C, P, Req> Service<Req> for KeyedCircuitBreaker<S, K, F, C, P>
 where
     S: Service<Req>,
     S::Error: HoldsKeyedRefusals,
@@ -466,6 +515,7 @@ where
     F: Fn(&Req) -> K,
     C: Classify<S::Response, S::Error> + Clone,
     C::Eos: Finish<S::Response>,
+    P: ProbeEligibility<Req>,
 {
     type Response = <C::Eos as Finish<S::Response>>::Response;
     type Error = S::Error;
@@ -477,7 +527,9 @@ where
 
     fn call(&mut self, req: Req) -> Self::Future {
         let key = (self.key_of)(&req);
-        let legs = match self.admit(&key) {
+        let eligible = &self.eligible;
+        let may_probe = || P::ANY_REQUEST || eligible.may_probe(&req);
+        let legs = match admit(&mut self.recent, &self.registry, &key, may_probe) {
             Ok(legs) => legs,
             Err(failed) => return KeyedFuture::failed(failed),
         };
@@ -497,7 +549,7 @@ where
     }
 }
 
-impl<S, K, F, C> KeyedCircuitBreaker<S, K, F, C> {
+impl<S, K, F, C, P> KeyedCircuitBreaker<S, K, F, C, P> {
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -509,7 +561,7 @@ impl<S, K, F, C> KeyedCircuitBreaker<S, K, F, C> {
     }
 }
 
-impl<S, K, F, C> KeyedCircuitBreaker<S, K, F, C>
+impl<S, K, F, C, P> KeyedCircuitBreaker<S, K, F, C, P>
 where
     K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,
 {
@@ -524,35 +576,44 @@ where
         let found = self.registry.find_with_parent(&key);
         (key.to_string(), found)
     }
+}
 
-    /// Admits a call with `key` at its breakers: remembered ones, or ones
-    /// looked up in the registry (then remembered).
-    #[inline]
-    fn admit(&mut self, key: &K) -> Result<[Option<Leg>; 2], AcquireError> {
-        if let Some(remembered) = self.recent.find(key) {
-            // A use, for the registry's eviction order.
-            let now = self.registry.now();
-            let registry = &self.registry;
-            registry.mark_used(&remembered.child.shared, now);
-            let parent = remembered.parent.as_mut().map(|owner| {
-                registry.mark_used(&owner.shared, now);
-                let lease = owner.lease();
-                (Hold::Leased(lease), Counts::Clone(&owner.counts))
-            });
-            let child = &mut remembered.child;
-            let lease = child.lease();
-            return Ok(admit_both(
-                (Hold::Leased(lease), Counts::Clone(&child.counts)),
-                parent,
-            )?);
-        }
-        let hash = self.registry.hash(key);
-        let (child, parent) = self.registry.get_with_parent_hashed(key, hash)?;
-        if self.recent.missed_again(hash) {
-            self.recent.remember(key, &child, parent.as_ref());
-        }
-        Ok(admit_looked_up(child, parent)?)
+/// Admits a call with `key` at its breakers: remembered ones (in `recent`),
+/// or ones looked up in `registry` (then remembered). `may_probe` is asked
+/// only of a breaker that is not closed.
+#[inline]
+fn admit<K>(
+    recent: &mut Recent<K>,
+    registry: &Registry<K>,
+    key: &K,
+    may_probe: impl Fn() -> bool,
+) -> Result<[Option<Leg>; 2], AcquireError>
+where
+    K: Hash + Eq + Clone + fmt::Display + Send + Sync + 'static,
+{
+    if let Some(remembered) = recent.find(key) {
+        // A use, for the registry's eviction order.
+        let now = registry.now();
+        registry.mark_used(&remembered.child.shared, now);
+        let parent = remembered.parent.as_mut().map(|owner| {
+            registry.mark_used(&owner.shared, now);
+            let lease = owner.lease();
+            (Hold::Leased(lease), Counts::Clone(&owner.counts))
+        });
+        let child = &mut remembered.child;
+        let lease = child.lease();
+        return Ok(admit_both(
+            (Hold::Leased(lease), Counts::Clone(&child.counts)),
+            parent,
+            may_probe,
+        )?);
     }
+    let hash = registry.hash(key);
+    let (child, parent) = registry.get_with_parent_hashed(key, hash)?;
+    if recent.missed_again(hash) {
+        recent.remember(key, &child, parent.as_ref());
+    }
+    Ok(admit_looked_up(child, parent, may_probe)?)
 }
 
 pin_project! {

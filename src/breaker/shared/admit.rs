@@ -1,7 +1,8 @@
 //! Admission: what the breaker says about one call, in every state. Closed
 //! costs one atomic load; open reads the clock; an ended open period turns
 //! half-open here, by whichever caller sees it first; half-open takes a
-//! probe permit or refuses with an honest wait.
+//! probe permit or refuses with an honest wait. A call that may not probe
+//! asks without taking a permit, and learns that a probe is due.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +25,34 @@ impl Shared {
         if w.tag() == Tag::Closed {
             return Decision::Closed(w.generation());
         }
-        self.admit_slow(w)
+        self.admit_slow(w, true)
+    }
+
+    /// Decides about one call, asking `may_probe` whether it may be a
+    /// probe only when the breaker is not closed: as [`admit`](Self::admit)
+    /// when it may, as [`admit_without_probe`](Self::admit_without_probe)
+    /// when not. Closed costs one atomic load, and the question is not
+    /// asked.
+    #[inline]
+    pub(crate) fn admit_if(self: &Arc<Self>, may_probe: impl FnOnce() -> bool) -> Decision {
+        let w = self.load();
+        if w.tag() == Tag::Closed {
+            return Decision::Closed(w.generation());
+        }
+        self.admit_slow(w, may_probe())
+    }
+
+    /// Decides about one call that may not be a probe: as [`admit`](Self::admit),
+    /// but where a half-open breaker would take a permit for it, it takes
+    /// none and answers [`Decision::ProbeDue`]. The permit stays free for a
+    /// call that may probe.
+    #[inline]
+    pub(crate) fn admit_without_probe(self: &Arc<Self>) -> Decision {
+        let w = self.load();
+        if w.tag() == Tag::Closed {
+            return Decision::Closed(w.generation());
+        }
+        self.admit_slow(w, false)
     }
 
     /// When open word `w`'s period ends, for a fail-fast refusal's common
@@ -40,8 +68,9 @@ impl Shared {
         Some(self.instant_at(w.open_until_ms()))
     }
 
+    /// `probe`: whether this call may take a half-open permit.
     #[cold]
-    fn admit_slow(self: &Arc<Self>, mut w: Word) -> Decision {
+    fn admit_slow(self: &Arc<Self>, mut w: Word, probe: bool) -> Decision {
         let now_at = Instant::now();
         let now = self.ms_at(now_at);
         let after = |ms: u64| now_at + Duration::from_millis(ms);
@@ -84,7 +113,21 @@ impl Shared {
                             continue;
                         }
                     }
-                    if w.in_flight() < self.tuning.probes.load(Ordering::Relaxed) {
+                    let free = w.in_flight() < self.tuning.probes.load(Ordering::Relaxed);
+                    if free && !probe {
+                        // The same wait as a refusal with every permit
+                        // taken: this caller cannot probe, and the next one
+                        // that can will settle the question within it.
+                        let retry_at = after(self.half_open_wait_ms(deadline, now));
+                        if self.hot.shadow.load(Ordering::Relaxed) {
+                            return Decision::Bypass {
+                                counted: false,
+                                shadowed: true,
+                            };
+                        }
+                        return Decision::ProbeDue { retry_at };
+                    }
+                    if free {
                         match self.take_permit(w, now) {
                             Ok(permit) => return Decision::Probe(permit),
                             Err(actual) => {
