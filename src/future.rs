@@ -77,7 +77,8 @@ impl Record {
 /// A call dropped by its caller before its outcome was known: a
 /// cancellation, counting neither way, or, once it has waited the config's
 /// `cancelled_failure_after`, a failure (a probe's, a failed probe). A
-/// permit not used up goes back as its field drops.
+/// cancelled probe gave no evidence: the breaker opens again for the period
+/// it just had, neither longer nor at once.
 pub(crate) fn cancel(
     shared: &Shared,
     generation: u32,
@@ -96,6 +97,9 @@ pub(crate) fn cancel(
     } else {
         *what = Record::Nothing;
         shared.count_cancelled();
+        if let Some(permit) = permit.take() {
+            permit.cancelled();
+        }
     }
 }
 

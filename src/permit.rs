@@ -14,7 +14,11 @@
 //!    [`Verdict`] with a retry-after hint ([`finish`](CallPermit::finish)).
 //!    Dropped unrecorded (the call was abandoned, or a panic unwound past
 //!    it), the call counts as cancelled, as a response future dropped
-//!    before its answer does, and a probe's permit goes back.
+//!    before its answer does; a probe so dropped opens the breaker again
+//!    for the period it just had (neither doubled nor skipped: a probe that
+//!    said nothing is no reason to wait longer, nor to probe again at
+//!    once). To give an unused probe permit back, record it as
+//!    [`ignore`](CallPermit::ignore).
 //!
 //! [`Breaker::run`] and [`Breaker::run_with`] do both around an async block,
 //! classifying its result like a service's (a panic in it is a failure,
@@ -302,10 +306,13 @@ impl CallPermit {
 impl Drop for CallPermit {
     fn drop(&mut self) {
         // Never recorded: the call was abandoned, or a panic unwound past
-        // the permit. A cancellation; a probe's permit goes back as the
-        // field drops.
+        // the permit. A cancellation; a probe so ended reopens the breaker
+        // for the same period, as a probe whose future was dropped does.
         if self.record != Record::Nothing {
             self.shared.count_cancelled();
+            if let Some(permit) = self.permit.take() {
+                permit.cancelled();
+            }
         }
     }
 }

@@ -85,6 +85,13 @@ impl Permit {
         self.shared.probe_succeeded(self.generation, self.ticket);
     }
 
+    /// The probe's call was dropped by its caller before its outcome: open
+    /// again for the same period, counting no failure.
+    pub(crate) fn cancelled(mut self) {
+        self.armed = false;
+        self.shared.probe_cancelled(self.generation, self.ticket);
+    }
+
     pub(crate) fn fail(mut self, hint: Option<Duration>) {
         self.armed = false;
         self.shared.probe_failed(self.generation, self.ticket, hint);

@@ -214,6 +214,9 @@ pub enum TripReason {
     ProbeFailed,
     /// A half-open probe was still running after the probe timeout.
     ProbeTimedOut,
+    /// A half-open probe's caller dropped it before its outcome: the
+    /// breaker opens again for the period it just had.
+    ProbeCancelled,
     /// An operator changed the state (force open or closed, disable,
     /// restore, reset).
     Manual,
@@ -250,6 +253,7 @@ impl TripReason {
             TripReason::PerClass { reason, .. } => reason.policy(),
             TripReason::ProbeFailed => "probe_failed",
             TripReason::ProbeTimedOut => "probe_timed_out",
+            TripReason::ProbeCancelled => "probe_cancelled",
             TripReason::Manual => "manual",
             TripReason::Pushback { .. } => "pushback",
             TripReason::Shared => "shared",
@@ -288,6 +292,7 @@ impl fmt::Display for TripReason {
             TripReason::PerClass { class, reason } => write!(f, "{reason} of class {class}"),
             TripReason::ProbeFailed => f.write_str("half-open probe failed"),
             TripReason::ProbeTimedOut => f.write_str("half-open probe timed out"),
+            TripReason::ProbeCancelled => f.write_str("half-open probe cancelled by its caller"),
             TripReason::Manual => f.write_str("set by an operator"),
             TripReason::Pushback { retry_after } => write!(
                 f,

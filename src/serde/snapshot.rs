@@ -77,6 +77,7 @@ impl Serialize for TripReason {
             }
             TripReason::ProbeFailed
             | TripReason::ProbeTimedOut
+            | TripReason::ProbeCancelled
             | TripReason::Manual
             | TripReason::Shared
             | TripReason::Signal { .. } => (&[], None, None),

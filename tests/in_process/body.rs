@@ -130,7 +130,7 @@ async fn a_completed_stream_is_a_success() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_body_dropped_early_is_cancelled_and_returns_the_probe_permit() {
+async fn a_probes_body_dropped_early_is_cancelled_and_reopens_the_breaker() {
     let breaker = breaker();
     let svc = streaming(&breaker, StreamingHttp::new(), sse_ok);
     breaker.force_open(Some(Duration::from_secs(1)));
@@ -147,7 +147,9 @@ async fn a_body_dropped_early_is_cancelled_and_returns_the_probe_permit() {
         ),
         (0, 0, 1)
     );
-    assert_eq!(snap.state, State::HalfOpen);
+    // No evidence either way: no failure counted, and no probe at once.
+    assert_eq!(snap.state, State::Open);
+    assert_eq!(snap.failed_probe_rounds, 0);
 }
 
 #[tokio::test(start_paused = true)]

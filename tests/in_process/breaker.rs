@@ -220,7 +220,7 @@ async fn dropped_clone_returns_its_reservation() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn cancelled_probe_returns_its_permit_and_counts_neither_way() {
+async fn a_cancelled_probe_reopens_for_the_same_period_and_counts_neither_way() {
     let (breaker, mut svc, upstream) = setup(one_failure_trips());
     trip(&mut svc, &upstream).await;
     advance(Duration::from_secs(10)).await;
@@ -233,11 +233,15 @@ async fn cancelled_probe_returns_its_permit_and_counts_neither_way() {
         "the probe was cancelled by the outer timeout"
     );
     let snap = breaker.snapshot();
-    assert_eq!(snap.state, State::HalfOpen);
+    assert_eq!(snap.state, State::Open);
     assert_eq!(snap.probes_in_flight, 0);
-    assert_eq!(snap.failed_probe_rounds, 0);
+    assert_eq!(snap.failed_probe_rounds, 0, "not a failed probe");
+    assert_eq!(snap.counts.cancelled, 1);
+    // The same 10 s again, not doubled.
+    assert_eq!(breaker.retry_after(), Some(Duration::from_secs(10)));
 
     upstream.set(Mode::Succeed);
+    advance(Duration::from_secs(10)).await;
     assert_eq!(call(&mut svc, 2).await.unwrap(), 2);
     assert_eq!(breaker.state(), State::Closed);
 }

@@ -178,7 +178,7 @@ async fn a_refusal_costs_no_attempt() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn cancelled_attempt_gives_back_its_probe_permit() {
+async fn a_cancelled_probe_attempt_reopens_its_candidate_for_the_same_period() {
     let primary = Upstream::new("primary", Act::Hang, 1, 5 * SECOND);
     let secondary = Upstream::new("secondary", OK, 1, 5 * SECOND);
     primary.trip().await;
@@ -191,9 +191,15 @@ async fn cancelled_attempt_gives_back_its_probe_permit() {
     probe.abort();
     let _ = probe.await;
     assert_eq!(primary.breaker.snapshot().probes_in_flight, 0);
-
-    // The next request can probe again, and closes the breaker.
+    // No evidence either way: open again for the same 5 s, so the next
+    // request goes on to the secondary rather than probe at once.
+    assert_eq!(primary.breaker.state(), State::Open);
     primary.set(OK);
+    let reply = failover.clone().oneshot("hi").await.unwrap();
+    assert_eq!(*reply.body(), "secondary");
+
+    // After it, a request probes the primary again, and closes it.
+    advance(5 * SECOND).await;
     let reply = failover.oneshot("hi").await.unwrap();
     assert_eq!(*reply.body(), "primary");
     assert_eq!(primary.breaker.state(), State::Closed);

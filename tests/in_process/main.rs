@@ -36,6 +36,7 @@ mod model;
 mod outage_demo;
 mod outside_tower;
 mod policies;
+mod probe_backoff;
 mod probe_eligibility;
 mod probe_races;
 mod provider_failures;

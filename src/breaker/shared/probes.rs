@@ -264,6 +264,22 @@ impl Shared {
         }
     }
 
+    /// A probe's caller dropped it before its outcome: reopen for the
+    /// period just ended, neither grown nor skipped (a dropped probe
+    /// handing its permit straight on would let the next call probe at
+    /// once, and a caller who gives up every time would probe in a loop).
+    pub(crate) fn probe_cancelled(&self, generation: u32, ticket: Option<Ticket>) {
+        let mut book = self.lock();
+        if book.probes.was_judged(ticket) {
+            return;
+        }
+        let Some(book) = self.unless_late(book, generation, ticket) else {
+            return;
+        };
+        let now = self.now_ms();
+        self.reopen(book, generation, now, None, TripReason::ProbeCancelled, 0);
+    }
+
     /// A probe failed: reopen.
     pub(crate) fn probe_failed(
         &self,
@@ -372,7 +388,12 @@ impl Shared {
             return;
         }
         self.note_hint(&mut book, hint, from_ms);
-        book.attempt = book.attempt.saturating_add(1);
+        // Backoff grows the periods the breaker chose itself: a failure
+        // that said when to come back sets the period (see `open_until`),
+        // and a cancelled probe said nothing.
+        if failures > 0 && hint.is_none() {
+            book.attempt = book.attempt.saturating_add(1);
+        }
         // Computed once: a retry below only follows a permit change.
         let until = self.open_until(&mut book, from_ms);
         loop {
