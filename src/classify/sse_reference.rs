@@ -1,5 +1,5 @@
 //! The SSE scanner as first written, a byte at a time: the reference the
-//! word-at-a-time [`SseScan`](super::scan::SseScan) is checked against,
+//! word-at-a-time [`SseScan`](crate::classify::scan::SseScan) is checked against,
 //! every stream cut every way. Test builds only.
 
 /// Finds error events in a stream of server-sent events: an `event: error`
@@ -218,8 +218,8 @@ impl Json {
 mod tests {
     use proptest::prelude::*;
 
-    use super::super::scan::SseScan as Scan;
     use super::SseScan as Reference;
+    use crate::classify::scan::SseScan as Scan;
 
     /// Feeds `pieces` to the scanner and to the reference, in order: they
     /// must answer alike piece by piece, up to the first error (after it
