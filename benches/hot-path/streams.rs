@@ -17,7 +17,9 @@
 //! * `streams/limits`: with `first_frame_timeout` and `frame_idle_timeout`
 //!   too, whose one timer per body is reset on each data frame;
 //! * `streams/limits_sse`: with the limits and `StreamingHttp::new().sse_errors()`,
-//!   which reads every frame's bytes for an error event.
+//!   which reads every frame's bytes for an error event. About 9x bare
+//!   per frame (the limits alone, about 4.9x); reading a byte at a time
+//!   it was about 33x.
 //!
 //! The body is obtained as users get it, `svc.clone().oneshot(req).await`
 //! on a `CircuitBreaker` made by a `CircuitBreakerLayer`, and read with

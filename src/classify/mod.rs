@@ -58,6 +58,8 @@ mod interop;
 mod scan;
 #[cfg(feature = "http-body")]
 mod sse;
+#[cfg(all(test, feature = "http-body"))]
+mod sse_reference;
 #[cfg(feature = "http-body")]
 mod stream;
 #[cfg(feature = "tonic")]

@@ -49,20 +49,78 @@ const ERROR: &[u8] = b"error";
 impl SseScan {
     /// Reads the next piece of the stream: true when it completes an error
     /// event.
+    ///
+    /// Most bytes move nothing. A whole event in one piece whose data line
+    /// holds no `"error"` is passed over in one pass ([`event_end`]): a
+    /// provider's usual chunk. Otherwise the rest of a line that is neither
+    /// `data:` nor `event:`, the inside of a JSON string that is no
+    /// top-level key, and the data after the top-level object are skipped
+    /// eight bytes at a time ([`first_of`]), and every other byte goes
+    /// through the state machine one at a time. Byte by byte throughout, a
+    /// 133-byte chat-completion chunk took about 5,950 instructions; this
+    /// way, about 870 (callgrind, the hot-path bench's `streams` rows).
     pub(crate) fn feed(&mut self, piece: &[u8]) -> bool {
-        piece.iter().any(|&byte| self.byte(byte))
-    }
-
-    fn byte(&mut self, byte: u8) -> bool {
-        let after_cr = std::mem::take(&mut self.after_cr);
-        match byte {
-            b'\n' if after_cr => false,
-            b'\r' | b'\n' => {
-                self.after_cr = byte == b'\r';
-                self.end_line()
+        let mut at = 0;
+        if let Some(&first) = piece.first() {
+            // A `\n` right after the `\r` that ended the last piece's line
+            // ends nothing more.
+            if std::mem::take(&mut self.after_cr) && first == b'\n' {
+                at = 1;
             }
-            _ => self.in_line(byte),
         }
+        while let Some(&byte) = piece.get(at) {
+            if is_line_end(byte) {
+                if self.end_line() {
+                    return true;
+                }
+                at += 1;
+                if byte == b'\r' {
+                    match piece.get(at) {
+                        Some(b'\n') => at += 1,
+                        Some(_) => {}
+                        None => self.after_cr = true,
+                    }
+                }
+                continue;
+            }
+            let rest = &piece[at..];
+            match self.line {
+                Line::Skip => match first_of(rest, LINE_ENDS) {
+                    Some(end) => at += end,
+                    None => return false,
+                },
+                Line::Data { started: true } => {
+                    if let Some(event_end) = self.json.fresh().then(|| event_end(rest)).flatten() {
+                        // The whole event is here and the line holds no
+                        // `"error"`: nothing in it can be the error, and
+                        // the blank line after it forgets the JSON.
+                        self.line = Line::default();
+                        at += event_end;
+                        continue;
+                    }
+                    match self.json.scan(rest) {
+                        Scanned::Read(read) => at += read,
+                        Scanned::Error => return true,
+                    }
+                }
+                // The common line starts, at once rather than six steps.
+                Line::Field { len: 0, .. } if rest.starts_with(b"data: ") => {
+                    self.line = Line::Data { started: true };
+                    at += b"data: ".len();
+                }
+                Line::Field { len: 0, .. } if rest.starts_with(b"data:") => {
+                    self.line = Line::Data { started: false };
+                    at += DATA.len() + 1;
+                }
+                _ => {
+                    if self.in_line(byte) {
+                        return true;
+                    }
+                    at += 1;
+                }
+            }
+        }
+        false
     }
 
     /// A line ended: an `event: error` line is an error event; an empty
@@ -111,6 +169,11 @@ impl SseScan {
                 }
                 *matched = matched
                     .and_then(|m| (ERROR.get(usize::from(m)) == Some(&byte)).then_some(m + 1));
+                if matched.is_none() {
+                    // No longer `error`: the rest says nothing, as a skipped
+                    // line's (neither ends the event).
+                    self.line = Line::Skip;
+                }
                 false
             }
             Line::Data { started } => {
@@ -152,7 +215,95 @@ enum Phase {
     Done,
 }
 
+/// What [`Json::scan`] read of a data line.
+enum Scanned {
+    /// This many bytes, up to the line's end or the piece's, no error.
+    Read(usize),
+    /// The first byte of a top-level `error`'s value.
+    Error,
+}
+
 impl Json {
+    /// No top-level key is being read, and none just was: the JSON can only
+    /// find an error in bytes that spell `"error"` (a key is matched from
+    /// its opening quote to its closing one, an escape ending the match).
+    fn fresh(&self) -> bool {
+        self.key.is_none() && !self.error_value
+    }
+
+    /// Reads a data line's bytes up to its end (a `\r` or `\n`, not read)
+    /// or the piece's.
+    fn scan(&mut self, bytes: &[u8]) -> Scanned {
+        let mut at = 0;
+        loop {
+            match self.phase {
+                Phase::Done => {
+                    let rest = bytes.get(at..).unwrap_or_default();
+                    return Scanned::Read(at + first_of(rest, LINE_ENDS).unwrap_or(rest.len()));
+                }
+                Phase::Object if !self.escaped && self.key.is_none() && !self.error_value => {
+                    at = self.skim(bytes, at);
+                }
+                _ => {}
+            }
+            // What the skim left: a byte for the whole machine.
+            let Some(&byte) = bytes.get(at) else { break };
+            if is_line_end(byte) {
+                break;
+            }
+            if self.byte(byte) {
+                return Scanned::Error;
+            }
+            at += 1;
+        }
+        Scanned::Read(at)
+    }
+
+    /// Reads `bytes` from `at` while nothing but the depth and whether it
+    /// is in a string can change: below the top level, outside any key and
+    /// escape. Where it stops (at a byte of the top level, a line end, an
+    /// escape at the line's or the piece's end, or the piece's end) the
+    /// whole machine takes over, a byte at a time.
+    #[inline]
+    fn skim(&mut self, bytes: &[u8], mut at: usize) -> usize {
+        let mut depth = self.depth;
+        let mut in_string = self.in_string;
+        loop {
+            let rest = bytes.get(at..).unwrap_or_default();
+            if in_string {
+                // Only a string's end, an escape or the line's end matters.
+                let Some(stop) = first_of(rest, STRING_STOPS) else {
+                    at = bytes.len();
+                    break;
+                };
+                at += stop;
+                match (rest.get(stop), rest.get(stop + 1)) {
+                    (Some(b'"'), _) => {
+                        in_string = false;
+                        at += 1;
+                    }
+                    // The escaped byte goes with it, unless the line ends.
+                    (Some(b'\\'), Some(&next)) if !is_line_end(next) => at += 2,
+                    _ => break,
+                }
+                continue;
+            }
+            let Some(&byte) = rest.first() else { break };
+            match byte {
+                b'"' if depth > 1 => in_string = true,
+                b'{' | b'[' => depth = depth.saturating_add(1),
+                b'}' | b']' if depth > 1 => depth -= 1,
+                b'"' | b'}' | b']' | b':' | b',' if depth == 1 => break,
+                b'\r' | b'\n' => break,
+                _ => {}
+            }
+            at += 1;
+        }
+        self.depth = depth;
+        self.in_string = in_string;
+        at
+    }
+
     /// Reads one byte: true when it is the first of a top-level `error`'s
     /// value that is neither `null` nor `false`.
     fn byte(&mut self, byte: u8) -> bool {
@@ -194,27 +345,142 @@ impl Json {
                         return true;
                     }
                 }
-                let top = self.depth == 1;
-                match byte {
-                    b'"' => {
-                        self.in_string = true;
-                        self.key = (top && self.expect_key).then_some(0);
-                    }
-                    b'{' | b'[' => self.depth = self.depth.saturating_add(1),
-                    b'}' | b']' => {
-                        self.depth -= 1;
-                        if self.depth == 0 {
-                            self.phase = Phase::Done;
-                        }
-                    }
-                    b':' if top => self.expect_key = false,
-                    b',' if top => self.expect_key = true,
-                    _ => {}
-                }
+                self.structure(byte);
                 false
             }
         }
     }
+
+    /// Reads one byte of the top-level object outside its strings: the
+    /// brackets, the quotes and, at the top level, the separators.
+    #[inline]
+    fn structure(&mut self, byte: u8) {
+        let top = self.depth == 1;
+        match byte {
+            b'"' => {
+                self.in_string = true;
+                self.key = (top && self.expect_key).then_some(0);
+            }
+            b'{' | b'[' => self.depth = self.depth.saturating_add(1),
+            b'}' | b']' => {
+                self.depth -= 1;
+                if self.depth == 0 {
+                    self.phase = Phase::Done;
+                }
+            }
+            b':' if top => self.expect_key = false,
+            b',' if top => self.expect_key = true,
+            _ => {}
+        }
+    }
+}
+
+fn is_line_end(byte: u8) -> bool {
+    byte == b'\r' || byte == b'\n'
+}
+
+/// What ends a line.
+const LINE_ENDS: [u8; 2] = [b'\r', b'\n'];
+/// What ends a run of a string's bytes: its end, an escape, the line's end.
+const STRING_STOPS: [u8; 4] = [b'"', b'\\', b'\r', b'\n'];
+
+/// A top-level key `error`, quotes included: what a line must hold for its
+/// JSON to be an error.
+const QUOTED_ERROR: &[u8] = b"\"error\"";
+
+/// Where the blank line that ends the event begins, if the line at the
+/// start of `bytes` ends in them, holds no `"error"`, and the blank line
+/// follows it in them too. One pass, eight bytes at a time: the line's end,
+/// and every quote followed by an `e` as a candidate, checked whole.
+fn event_end(bytes: &[u8]) -> Option<usize> {
+    let error_at = |at: usize| {
+        bytes
+            .get(at..)
+            .is_some_and(|rest| rest.starts_with(QUOTED_ERROR))
+    };
+    let mut at = 0;
+    let line_end = loop {
+        let Some(nine) = bytes.get(at..).and_then(<[u8]>::first_chunk::<9>) else {
+            // The last few bytes, one at a time.
+            let end = at
+                + bytes
+                    .get(at..)?
+                    .iter()
+                    .position(|&byte| is_line_end(byte))?;
+            if (at..end).any(error_at) {
+                return None;
+            }
+            break end;
+        };
+        let word = u64::from_le_bytes(*nine.first_chunk::<8>()?);
+        let next = u64::from_le_bytes(*nine.last_chunk::<8>()?);
+        let ends = zero_bytes(word ^ (LOW_BITS * u64::from(b'\r')))
+            | zero_bytes(word ^ (LOW_BITS * u64::from(b'\n')));
+        // Every quote followed by an `e` is flagged (and a few more, above
+        // a true one: the candidates are checked whole).
+        let mut candidates = zero_bytes(word ^ (LOW_BITS * u64::from(b'"')))
+            & zero_bytes(next ^ (LOW_BITS * u64::from(b'e')));
+        let end = (ends != 0).then(|| at + (ends.trailing_zeros() / 8) as usize);
+        while candidates != 0 {
+            let candidate = at + (candidates.trailing_zeros() / 8) as usize;
+            if end.is_some_and(|end| candidate >= end) {
+                break;
+            }
+            if error_at(candidate) {
+                return None;
+            }
+            candidates &= candidates - 1;
+        }
+        if let Some(end) = end {
+            break end;
+        }
+        at += 8;
+    };
+    // The line's end (a `\r\n` as one), then the blank line's.
+    let crlf = bytes.get(line_end..line_end + 2) == Some(b"\r\n");
+    let blank = line_end + 1 + usize::from(crlf);
+    bytes
+        .get(blank)
+        .is_some_and(|&byte| is_line_end(byte))
+        .then_some(blank)
+}
+
+/// One in each byte of a word.
+const LOW_BITS: u64 = u64::from_le_bytes([0x01; 8]);
+/// The high bit of each byte of a word.
+const HIGH_BITS: u64 = u64::from_le_bytes([0x80; 8]);
+
+/// Where the first of `stops` is in `bytes`, eight bytes at a time (a word
+/// compared with each stop at once: no dependency on `memchr` in the
+/// core, and LLVM does not vectorise a byte loop whose length it does
+/// not know).
+#[inline]
+fn first_of<const N: usize>(bytes: &[u8], stops: [u8; N]) -> Option<usize> {
+    let mut at = 0;
+    while let Some(word) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+        let word = u64::from_le_bytes(*word);
+        let hits = stops.iter().fold(0, |hits, &stop| {
+            hits | zero_bytes(word ^ (LOW_BITS * u64::from(stop)))
+        });
+        if hits != 0 {
+            // Little-endian: the lowest flagged byte comes first.
+            return Some(at + (hits.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    let tail = bytes.get(at..).unwrap_or_default();
+    tail.iter()
+        .position(|byte| stops.contains(byte))
+        .map(|i| at + i)
+}
+
+/// The zero bytes of `word`, by their high bit. Above the lowest zero byte
+/// a borrow may flag a byte that is not zero, so only the lowest flag is
+/// exact; then the lowest flag of several stops' hits put together is still
+/// the first stop: every false flag lies above a true one of its own stop.
+#[inline]
+fn zero_bytes(word: u64) -> u64 {
+    word.wrapping_sub(LOW_BITS) & !word & HIGH_BITS
 }
 
 /// Finds the first `"retryDelay": "<seconds>s"` in a JSON body (Google's
