@@ -330,19 +330,15 @@ impl Model {
             Admitted::Unrecorded => {}
             _ if ending == Ending::Cancelled => {
                 self.counts.cancelled += 1;
-                if let (
-                    Admitted::Probe(generation),
-                    Mode::HalfOpen {
-                        in_flight,
-                        successes,
-                    },
-                ) = (admitted, self.mode)
+                // A probe its caller dropped: open again for the same
+                // period, the backoff neither grown nor reset.
+                if let (Admitted::Probe(generation), Mode::HalfOpen { .. }) = (admitted, self.mode)
                 {
                     if generation == self.generation {
-                        self.mode = Mode::HalfOpen {
-                            in_flight: in_flight - 1,
-                            successes,
-                        };
+                        let until = self.open_until();
+                        self.hint_until = None;
+                        self.counts.opened += 1;
+                        self.move_to(Mode::Open { until });
                     }
                 }
             }

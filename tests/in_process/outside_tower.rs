@@ -111,7 +111,7 @@ async fn permits_count_trip_and_refuse_as_service_calls_do() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_permit_dropped_unrecorded_is_a_cancellation_and_a_probe_permit_goes_back() {
+async fn a_permit_dropped_unrecorded_is_a_cancellation_and_a_probe_so_dropped_reopens() {
     let breaker = breaker(1);
     drop(breaker.try_acquire().unwrap());
     assert_eq!(breaker.snapshot().counts.cancelled, 1);
@@ -132,10 +132,14 @@ async fn a_permit_dropped_unrecorded_is_a_cancellation_and_a_probe_permit_goes_b
     assert!(unwound.is_err());
     let snap = breaker.snapshot();
     assert_eq!((snap.probes_in_flight, snap.counts.cancelled), (0, 2));
-    assert_eq!(snap.state, State::HalfOpen);
+    // No evidence either way: open for the same period, no failure counted.
+    assert_eq!(snap.state, State::Open);
+    assert_eq!(snap.failed_probe_rounds, 0);
+    assert!(breaker.try_acquire().is_err(), "no probe at once");
+    advance(Duration::from_secs(10)).await;
     breaker
         .try_acquire()
-        .expect("the permit came back")
+        .expect("a probe after the period")
         .success();
     assert_eq!(breaker.state(), State::Closed);
 }

@@ -388,10 +388,8 @@ impl Shared {
             return;
         }
         self.note_hint(&mut book, hint, from_ms);
-        // Backoff grows the periods the breaker chose itself: a failure
-        // that said when to come back sets the period (see `open_until`),
-        // and a cancelled probe said nothing.
-        if failures > 0 && hint.is_none() {
+        // A cancelled probe said nothing: the period stays as it was.
+        if failures > 0 {
             book.attempt = book.attempt.saturating_add(1);
         }
         // Computed once: a retry below only follows a permit change.
