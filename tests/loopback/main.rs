@@ -40,6 +40,7 @@ mod keyed_gateway;
 mod model_router;
 mod outside_tower_examples;
 mod provider_signals;
+mod provider_stalls;
 mod provider_streams;
 mod registry_keys;
 mod sse_stream;
