@@ -269,15 +269,7 @@ impl Shared {
     /// handing its permit straight on would let the next call probe at
     /// once, and a caller who gives up every time would probe in a loop).
     pub(crate) fn probe_cancelled(&self, generation: u32, ticket: Option<Ticket>) {
-        let mut book = self.lock();
-        if book.probes.was_judged(ticket) {
-            return;
-        }
-        let Some(book) = self.unless_late(book, generation, ticket) else {
-            return;
-        };
-        let now = self.now_ms();
-        self.reopen(book, generation, now, None, TripReason::ProbeCancelled, 0);
+        self.probe_ended(generation, ticket, None, TripReason::ProbeCancelled, 0);
     }
 
     /// A probe failed: reopen.
@@ -287,6 +279,19 @@ impl Shared {
         ticket: Option<Ticket>,
         hint: Option<Duration>,
     ) {
+        self.probe_ended(generation, ticket, hint, TripReason::ProbeFailed, 1);
+    }
+
+    /// A probe ended without closing the breaker: reopen, counting
+    /// `failures`, unless it was judged already or arrived late.
+    fn probe_ended(
+        &self,
+        generation: u32,
+        ticket: Option<Ticket>,
+        hint: Option<Duration>,
+        reason: TripReason,
+        failures: u64,
+    ) {
         let mut book = self.lock();
         if book.probes.was_judged(ticket) {
             return;
@@ -295,7 +300,7 @@ impl Shared {
             return;
         };
         let now = self.now_ms();
-        self.reopen(book, generation, now, hint, TripReason::ProbeFailed, 1);
+        self.reopen(book, generation, now, hint, reason, failures);
     }
 
     /// Gives the lock back to record a probe's outcome, unless the outcome
