@@ -70,9 +70,11 @@
 //!   due and take no permit (then the permit is taken in `call`, where the
 //!   request is seen); closed, every request passes.
 //! * **The open period** starts at `cooldown`, grows by `backoff` on each
-//!   failed probe up to `max_open`, resets on close, is never shorter than
-//!   `min_open` nor than a retry-after the upstream announced (capped by
-//!   `max_open`).
+//!   failed probe up to `max_open`, resets on close, and is never shorter
+//!   than `min_open`. A retry-after the upstream announced sets the period
+//!   instead (never under the first one, capped by `max_open`), as gRPC's
+//!   pushback replaces a retry's backoff: backoff grows only the periods the
+//!   breaker chooses itself.
 //! * **Generations**: every admitted call carries the generation it was
 //!   admitted in; an outcome arriving after the breaker moved on is dropped.
 //! * **Classification** decides what counts ([`classify`]): by default every
@@ -191,7 +193,7 @@
 //! Code that is not a tower service (a background job, a websocket
 //! session, a queue consumer) shares the same breaker through its two-step
 //! form ([`permit`]): [`Breaker::try_acquire`] admits a call as the service
-//! would, and the [`CallPermit`] records how it went. [`Breaker::trip`]
+//! would, and the [`CallPermit`] records how it went. [`Breaker::open_on_signal`]
 //! opens the breaker on a signal from elsewhere (a load shedder, a health
 //! check), through its normal path.
 //!
@@ -348,7 +350,7 @@ mod sync;
 #[cfg(feature = "tonic")]
 mod tonic;
 
-pub use breaker::{Breaker, BreakerGroup, Counts, Snapshot};
+pub use breaker::{Breaker, BreakerGroup, Counts, Recorded, Snapshot};
 pub use config::{Config, ConfigBuilder, LatencyTo};
 pub use error::{CircuitOpen, ConfigError, HoldsCircuitOpen};
 pub use events::State;

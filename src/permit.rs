@@ -25,7 +25,7 @@
 //! resumed). Generations hold as for the service: a permit from a closed
 //! breaker that has since opened records nothing.
 //!
-//! For signals rather than calls: [`Breaker::trip`] opens the breaker
+//! For signals rather than calls: [`Breaker::open_on_signal`] opens the breaker
 //! because something else saw the dependency struggle, and
 //! [`Breaker::record`] feeds an outcome observed without a call.
 //!

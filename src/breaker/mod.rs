@@ -161,11 +161,11 @@ impl Breaker {
     ///
     /// let breaker = Breaker::new(Config::builder().name("openai").build()?);
     /// // The provider's status page says it is degraded for a minute.
-    /// breaker.trip("status page: degraded", Some(Duration::from_secs(60)));
+    /// breaker.open_on_signal("status page: degraded", Some(Duration::from_secs(60)));
     /// assert_eq!(breaker.state(), State::Open);
     /// # Ok::<_, tower_circuit_breaker::ConfigError>(())
     /// ```
-    pub fn trip(&self, reason: impl Into<Arc<str>>, retry_after: Option<Duration>) -> bool {
+    pub fn open_on_signal(&self, reason: impl Into<Arc<str>>, retry_after: Option<Duration>) -> bool {
         let reason = TripReason::Signal {
             reason: reason.into(),
         };
@@ -173,23 +173,28 @@ impl Breaker {
     }
 
     /// Records an outcome observed outside any call (a health check's
-    /// result, a stream that failed after its call ended): while closed it
-    /// feeds the trip policy as a call's outcome would, and can open the
-    /// breaker; held closed by an operator it is counted; otherwise (open,
-    /// half-open, isolated or disabled) it changes nothing, since it is no
-    /// probe. To open the breaker from any state, use [`trip`](Self::trip).
+    /// result, a stream that failed after its call ended) and says what it
+    /// did: while closed it feeds the trip policy as a call's outcome would,
+    /// and can open the breaker ([`Recorded::Counted`] or
+    /// [`Recorded::Opened`]); held closed by an operator it is counted
+    /// ([`Recorded::CountedWhileHeld`]); otherwise (open, half-open,
+    /// isolated or disabled) it changes nothing, since it is no probe
+    /// ([`Recorded::Ignored`]). To open the breaker from any state, use
+    /// [`open_on_signal`](Self::open_on_signal).
     ///
     /// ```
-    /// use tower_circuit_breaker::{classify::Outcome, policy::ConsecutiveFailures, Breaker, Config, State};
+    /// use tower_circuit_breaker::{classify::Outcome, policy::ConsecutiveFailures, Breaker, Config, Recorded};
     ///
     /// let breaker = Breaker::new(Config::builder().trip(ConsecutiveFailures::new(2)).build()?);
-    /// breaker.record(Outcome::Failure); // two health checks failed
-    /// breaker.record(Outcome::Failure);
-    /// assert_eq!(breaker.state(), State::Open);
+    /// // Two health checks failed.
+    /// assert_eq!(breaker.record(Outcome::Failure), Recorded::Counted);
+    /// assert_eq!(breaker.record(Outcome::Failure), Recorded::Opened);
+    /// // Open, an outcome from outside is no probe.
+    /// assert_eq!(breaker.record(Outcome::Success), Recorded::Ignored);
     /// # Ok::<_, tower_circuit_breaker::ConfigError>(())
     /// ```
-    pub fn record(&self, verdict: impl Into<Verdict>) {
-        self.shared.record_outside(verdict.into());
+    pub fn record(&self, verdict: impl Into<Verdict>) -> Recorded {
+        self.shared.record_outside(verdict.into())
     }
 
     /// Shadow mode: the breaker records, decides and announces everything a
@@ -238,6 +243,23 @@ impl fmt::Debug for Breaker {
             .field("state", &self.state())
             .finish()
     }
+}
+
+/// What [`Breaker::record`] did with an outcome observed outside any call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Recorded {
+    /// Closed: fed to the trip policy, and the breaker is still closed.
+    Counted,
+    /// Closed: fed to the trip policy, and the breaker is open now (this
+    /// outcome tripped it, or one recorded at the same moment did).
+    Opened,
+    /// Held closed by an operator: counted in [`Counts`], no policy fed.
+    CountedWhileHeld,
+    /// Open, half-open, isolated or disabled: nothing changed and nothing
+    /// was counted. An outcome from outside is no probe; use
+    /// [`Breaker::open_on_signal`] to open from any state.
+    Ignored,
 }
 
 /// A point-in-time view of one breaker, from [`Breaker::snapshot`].

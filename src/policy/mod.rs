@@ -233,7 +233,7 @@ pub enum TripReason {
     Shared,
     /// Code outside the breaker's calls saw the dependency struggle (a load
     /// shedder, a health check, a quota alarm) and said so with
-    /// [`Breaker::trip`](crate::Breaker::trip).
+    /// [`Breaker::open_on_signal`](crate::Breaker::open_on_signal).
     Signal {
         /// What the code that tripped it said.
         reason: std::sync::Arc<str>,

@@ -98,28 +98,33 @@ where
         Ok(KeyedPermit { legs, start })
     }
 
-    /// [`Breaker::trip`](crate::Breaker::trip) on `key`'s breaker (made if
+    /// [`Breaker::open_on_signal`](crate::Breaker::open_on_signal) on `key`'s breaker (made if
     /// need be): opens it because something outside its calls saw its
     /// dependency struggle. A parent is a key of its own: trip it by its key.
-    pub fn trip(
+    pub fn open_on_signal(
         &self,
         key: &K,
         reason: impl Into<std::sync::Arc<str>>,
         retry_after: Option<Duration>,
     ) -> Result<bool, RegistryFull> {
-        Ok(self.get(key)?.trip(reason, retry_after))
+        Ok(self.get(key)?.open_on_signal(reason, retry_after))
     }
 
     /// [`Breaker::record`](crate::Breaker::record) on `key`'s breaker and
     /// its parent's: an outcome observed outside any call, counted in both
-    /// as a keyed call's would be.
-    pub fn record(&self, key: &K, verdict: impl Into<Verdict>) -> Result<(), RegistryFull> {
+    /// as a keyed call's would be. Says what it did to `key`'s own breaker.
+    pub fn record(
+        &self,
+        key: &K,
+        verdict: impl Into<Verdict>,
+    ) -> Result<crate::Recorded, RegistryFull> {
         let verdict = verdict.into();
         let (child, parent) = self.get_with_parent(key)?;
-        for breaker in std::iter::once(child).chain(parent) {
-            breaker.record(verdict);
+        let recorded = child.record(verdict);
+        if let Some(parent) = parent {
+            parent.record(verdict);
         }
-        Ok(())
+        Ok(recorded)
     }
 }
 

@@ -227,6 +227,12 @@ impl Model {
             .push((from, next.announced(), self.generation, self.shadow));
     }
 
+    /// The first open period: `cooldown` within `min_open` and `max_open`.
+    fn first_period_ms(&self) -> u64 {
+        let s = &self.settings;
+        s.cooldown_ms.min(s.max_open_ms).max(s.min_open_ms)
+    }
+
     /// The open period for the current attempt: `cooldown * backoff^attempt`
     /// capped by `max_open`, never under `min_open`, computed exactly.
     fn period_ms(&self) -> u64 {
@@ -248,13 +254,14 @@ impl Model {
         grown.max(u128::from(s.min_open_ms)) as u64
     }
 
-    /// The end of an open period starting now: the period, stretched to an
-    /// announced retry-after, never past `max_open`.
+    /// The end of an open period starting now: an announced retry-after,
+    /// never under the first period; else the period for this attempt.
+    /// Never past `max_open`.
     fn open_until(&self) -> u64 {
-        let mut until = self.now + self.period_ms();
-        if let Some(hint) = self.hint_until {
-            until = until.max(hint);
-        }
+        let until = match self.hint_until {
+            Some(hint) => hint.max(self.now + self.first_period_ms()),
+            None => self.now + self.period_ms(),
+        };
         until.min(self.now + self.settings.max_open_ms)
     }
 

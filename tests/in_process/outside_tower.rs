@@ -15,7 +15,7 @@ use tower_circuit_breaker::classify::{Outcome, Verdict};
 use tower_circuit_breaker::policy::{ConsecutiveFailures, TripReason};
 use tower_circuit_breaker::registry::{AcquireError, Registry};
 use tower_circuit_breaker::store::memory::MemoryFleet;
-use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, State};
+use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, Recorded, State};
 
 /// Counts this thread's heap allocations while `COUNTING` is on: no shared
 /// counter, so that other tests running at once cannot add to it.
@@ -157,7 +157,7 @@ async fn a_permit_from_an_earlier_generation_records_nothing() {
     // A probe permit held across the next open period is stale too.
     advance(Duration::from_secs(10)).await;
     let held = breaker.try_acquire().unwrap();
-    breaker.trip("status page: degraded", None);
+    breaker.open_on_signal("status page: degraded", None);
     advance(Duration::from_secs(10)).await;
     held.success();
     assert_ne!(
@@ -308,7 +308,7 @@ async fn a_trip_from_another_task_opens_it_and_calls_in_flight_count_nowhere() {
 
     let tripper = tokio::spawn({
         let breaker = breaker.clone();
-        async move { breaker.trip("load shedder: overloaded", Some(Duration::from_secs(30))) }
+        async move { breaker.open_on_signal("load shedder: overloaded", Some(Duration::from_secs(30))) }
     });
     assert!(tripper.await.unwrap());
     assert_eq!(breaker.state(), State::Open);
@@ -339,33 +339,41 @@ async fn a_trip_is_shared_with_the_fleet_like_any_opening() {
     assert!(store_there.attach(&there));
     tokio::time::sleep(Duration::from_millis(1)).await;
 
-    here.trip("quota alarm", None);
+    here.open_on_signal("quota alarm", None);
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(there.state(), State::Open, "the other instance follows");
     assert_eq!(there.snapshot().last_trip, Some(TripReason::Shared));
 }
 
 #[tokio::test(start_paused = true)]
-async fn record_feeds_the_policy_while_closed_and_changes_nothing_while_open() {
+async fn record_feeds_the_policy_while_closed_changes_nothing_while_open_and_says_which() {
     let breaker = breaker(2);
-    breaker.record(Outcome::Failure);
-    breaker.record(Verdict::new(Outcome::Failure).with_retry_after(Duration::from_secs(60)));
+    assert_eq!(breaker.record(Outcome::Failure), Recorded::Counted);
+    let hinted = Verdict::new(Outcome::Failure).with_retry_after(Duration::from_secs(60));
+    assert_eq!(breaker.record(hinted), Recorded::Opened);
     assert_eq!(breaker.state(), State::Open);
     assert_eq!(
         breaker.retry_after(),
         Some(Duration::from_secs(60)),
         "the hint holds"
     );
-    breaker.record(Outcome::Success);
+    assert_eq!(breaker.record(Outcome::Success), Recorded::Ignored);
     assert_eq!(breaker.state(), State::Open, "no probe: it changes nothing");
+    advance(Duration::from_secs(61)).await;
+    assert_eq!(breaker.state(), State::HalfOpen);
+    assert_eq!(breaker.record(Outcome::Success), Recorded::Ignored);
+    assert_eq!(breaker.state(), State::HalfOpen, "still no probe");
     breaker.force_closed();
-    breaker.record(Outcome::Failure);
+    assert_eq!(breaker.record(Outcome::Failure), Recorded::CountedWhileHeld);
     assert_eq!(
         breaker.snapshot().counts.failures,
         3,
         "held closed: counted"
     );
     assert_eq!(breaker.state(), State::ForcedClosed);
+    breaker.disable();
+    assert_eq!(breaker.record(Outcome::Failure), Recorded::Ignored);
+    assert_eq!(breaker.snapshot().counts.failures, 3, "disabled: not counted");
 }
 
 fn registry() -> Registry<String> {
@@ -395,7 +403,7 @@ async fn keyed_permits_count_in_the_key_and_its_parent_and_an_open_parent_refuse
         );
     }
     registry
-        .trip(&"openai".to_string(), "provider down", None)
+        .open_on_signal(&"openai".to_string(), "provider down", None)
         .unwrap();
     match registry.try_acquire(&key) {
         Err(AcquireError::Open(open)) => assert_eq!(open.breaker(), "openai"),
@@ -404,9 +412,10 @@ async fn keyed_permits_count_in_the_key_and_its_parent_and_an_open_parent_refuse
     let child = registry.get(&key).unwrap().snapshot();
     assert_eq!(child.counts.calls, 2, "the child was not asked");
 
-    registry
+    let recorded = registry
         .record(&"openai/gpt-y".to_string(), Outcome::Failure)
         .unwrap();
+    assert_eq!(recorded, Recorded::Counted, "the sibling's own breaker");
     let sibling = registry
         .get(&"openai/gpt-y".to_string())
         .unwrap()

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::Shared;
 use crate::breaker::state::{Manual, Tag, Word};
+use crate::breaker::Recorded;
 use crate::events::State;
 use crate::millis::millis_up;
 use crate::outcome::Verdict;
@@ -86,23 +87,26 @@ impl Shared {
     /// by an operator, it is counted; otherwise (open, half-open, isolated
     /// or disabled) it changes nothing and is not counted, as it is no
     /// probe: [`trip`](Self::trip) opens a breaker from any state.
-    pub(crate) fn record_outside(&self, verdict: Verdict) {
+    pub(crate) fn record_outside(&self, verdict: Verdict) -> Recorded {
         let w = self.load();
-        let counted = match w.tag() {
-            Tag::Closed => true,
-            Tag::Manual => w.manual_mode() == Manual::ForcedClosed,
-            _ => false,
+        let recorded = match w.tag() {
+            Tag::Closed => Recorded::Counted,
+            Tag::Manual if w.manual_mode() == Manual::ForcedClosed => Recorded::CountedWhileHeld,
+            _ => return Recorded::Ignored,
         };
-        if !counted {
-            return;
-        }
         // Counted apart from calls, and before the outcome, so that a rate
         // over the counts never finds it in its numerator (a failure)
         // without its denominator.
         self.extras().recorded.fetch_add(1, Ordering::Relaxed);
-        match w.tag() {
-            Tag::Closed => self.record_closed(w.generation(), verdict, None),
-            _ => self.count_outcome(verdict.outcome()),
+        if recorded == Recorded::CountedWhileHeld {
+            self.count_outcome(verdict.outcome());
+            return recorded;
+        }
+        self.record_closed(w.generation(), verdict, None);
+        if self.load().tag() == Tag::Closed {
+            recorded
+        } else {
+            Recorded::Opened
         }
     }
 

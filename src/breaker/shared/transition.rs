@@ -69,12 +69,23 @@ impl Shared {
         self.announce(book, self.transition(from, next, reason, None));
     }
 
-    /// End of the next open period, starting at `from_ms`: the policy's
-    /// period for this attempt, lengthened by jitter, never under `min_open`,
-    /// never under an announced retry-after, never over `max_open`, except
-    /// during a quota hold (up to its probe interval).
+    /// End of the next open period, starting at `from_ms`: a retry-after
+    /// the upstream announced, never under the first period (`cooldown`,
+    /// `min_open`); or else the policy's period for this attempt lengthened
+    /// by jitter. Never over `max_open`, except during a quota hold (up to
+    /// its probe interval).
     pub(super) fn open_until(&self, book: &mut Book, from_ms: u64) -> u64 {
         let c = &book.config;
+        // Read, not taken: the caller clears it once the transition is made.
+        // The upstream said when to come back: that sets the period, as
+        // gRPC's pushback replaces a retry's backoff; backoff grows only the
+        // periods the breaker chooses itself. The rounds a hint answered
+        // still count toward those.
+        if let Some(hint) = book.hint_until_ms {
+            let floor = from_ms.saturating_add(millis_up(c.open_period(0)));
+            let until = hint.max(floor);
+            return held(book, from_ms, until);
+        }
         let active = book.attempt > 0 && self.prober().is_some();
         let mut period = if active {
             // Probing actively: a failed probe is followed by the next one
@@ -93,20 +104,10 @@ impl Shared {
             period = Duration::try_from_secs_f64(period.as_secs_f64() * (1.0 + share))
                 .unwrap_or(c.max_open());
         }
-        let mut until = from_ms.saturating_add(millis_up(period));
-        // Read, not taken: the caller clears it once the transition is made.
-        if let Some(hint) = book.hint_until_ms {
-            until = until.max(hint);
-        }
-        until = until.min(from_ms.saturating_add(millis_up(c.max_open())));
-        // A quota hold: the next probe a hold's interval away, or at its
-        // end if that is sooner; never sooner than without the hold.
-        if book.quota_until_ms > from_ms {
-            let next_probe = from_ms.saturating_add(millis_up(c.quota_probe_interval()));
-            until = until.max(book.quota_until_ms.min(next_probe));
-        }
-        until.min(MAX_DEADLINE_MS)
+        let until = from_ms.saturating_add(millis_up(period));
+        held(book, from_ms, until)
     }
+
 
     /// Tells the world about a transition: the event, then every waiting
     /// gate-mode clone.
@@ -155,4 +156,18 @@ impl Shared {
             origin: self.origin(),
         }
     }
+}
+
+/// `until`, capped by `max_open` from `from_ms`, and stretched by a quota
+/// hold in force.
+fn held(book: &Book, from_ms: u64, until: u64) -> u64 {
+    let c = &book.config;
+    let mut until = until.min(from_ms.saturating_add(millis_up(c.max_open())));
+    // A quota hold: the next probe a hold's interval away, or at its
+    // end if that is sooner; never sooner than without the hold.
+    if book.quota_until_ms > from_ms {
+        let next_probe = from_ms.saturating_add(millis_up(c.quota_probe_interval()));
+        until = until.max(book.quota_until_ms.min(next_probe));
+    }
+    until.min(MAX_DEADLINE_MS)
 }
