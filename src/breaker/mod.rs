@@ -165,7 +165,11 @@ impl Breaker {
     /// assert_eq!(breaker.state(), State::Open);
     /// # Ok::<_, tower_circuit_breaker::ConfigError>(())
     /// ```
-    pub fn open_on_signal(&self, reason: impl Into<Arc<str>>, retry_after: Option<Duration>) -> bool {
+    pub fn open_on_signal(
+        &self,
+        reason: impl Into<Arc<str>>,
+        retry_after: Option<Duration>,
+    ) -> bool {
         let reason = TripReason::Signal {
             reason: reason.into(),
         };

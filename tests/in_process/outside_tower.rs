@@ -373,7 +373,11 @@ async fn record_feeds_the_policy_while_closed_changes_nothing_while_open_and_say
     assert_eq!(breaker.state(), State::ForcedClosed);
     breaker.disable();
     assert_eq!(breaker.record(Outcome::Failure), Recorded::Ignored);
-    assert_eq!(breaker.snapshot().counts.failures, 3, "disabled: not counted");
+    assert_eq!(
+        breaker.snapshot().counts.failures,
+        3,
+        "disabled: not counted"
+    );
 }
 
 fn registry() -> Registry<String> {

@@ -108,7 +108,6 @@ impl Shared {
         held(book, from_ms, until)
     }
 
-
     /// Tells the world about a transition: the event, then every waiting
     /// gate-mode clone.
     ///
