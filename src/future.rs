@@ -3,7 +3,6 @@
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -18,6 +17,7 @@ use crate::classify::{Classified, Classify, FailureClass, Outcome, Verdict};
 use crate::config::LatencyTo;
 use crate::error::CircuitOpen;
 use crate::local::Lease;
+use crate::millis::Stamp;
 
 /// How a response future holds its breaker and classifier until the
 /// outcome is in.
@@ -79,6 +79,7 @@ impl Record {
 /// `cancelled_failure_after`, a failure (a probe's, a failed probe). A
 /// cancelled probe gave no evidence: the breaker opens again for the period
 /// it just had, neither longer nor at once.
+#[cold]
 pub(crate) fn cancel(
     shared: &Shared,
     generation: u32,
@@ -184,7 +185,9 @@ pin_project! {
             {
                 // Dropped before its outcome was known; the permit, if
                 // any, goes back as the field drops.
-                cancel(hold.shared(), *generation, permit, record, *start);
+                if *record != Record::Nothing {
+                    cancel(hold.shared(), *generation, permit, record, start.get());
+                }
             }
         }
     }
@@ -205,7 +208,8 @@ pin_project! {
             generation: u32,
             permit: Option<Box<Permit>>,
             record: Record,
-            start: Option<Instant>,
+            // When the call started, if its latency counts.
+            start: Stamp,
         },
         Rejected {
             error: Option<CircuitOpen>,
@@ -230,7 +234,7 @@ impl<F, C> ResponseFuture<F, C> {
                 generation,
                 permit,
                 record,
-                start,
+                start: Stamp::of(start),
             },
         }
     }
@@ -269,41 +273,40 @@ where
                 record: what,
                 start,
             } => {
-                let polled = catch_unwind(AssertUnwindSafe(|| future.poll(cx)));
                 let mut recorder = Recorder {
                     shared: hold.shared(),
                     generation: *generation,
                     permit,
                     what,
-                    start: *start,
+                    start: start.get(),
                 };
-                let output = match polled {
-                    Ok(Poll::Pending) => return Poll::Pending,
-                    Ok(Poll::Ready(output)) => output,
-                    Err(panic) => {
-                        recorder.record(Verdict::new(Outcome::Failure));
-                        resume_unwind(panic)
+                // A panic in the inner future or the classifier is a
+                // failure: the guard records it as the panic unwinds past,
+                // which costs nothing when there is none (no result moved
+                // through a `catch_unwind`).
+                let guard = FailOnPanic(&mut recorder);
+                let output = match future.poll(cx) {
+                    Poll::Pending => {
+                        guard.disarm();
+                        return Poll::Pending;
                     }
+                    Poll::Ready(output) => output,
                 };
                 let mut later = None;
-                if recorder.is_recording() {
-                    let classifier = hold.classifier();
-                    match catch_unwind(AssertUnwindSafe(|| classifier.classify(output.as_ref()))) {
-                        Ok(Classified::Ready(verdict)) => recorder.record(verdict),
+                if guard.0.is_recording() {
+                    match hold.classifier().classify(output.as_ref()) {
+                        Classified::Ready(verdict) => guard.0.record(verdict),
                         // An error has no body to wait for: a deferral
                         // there is a failure.
-                        Ok(Classified::AtEndOfStream(_)) if output.is_err() => {
-                            recorder.record(Verdict::new(Outcome::Failure));
+                        Classified::AtEndOfStream(_) if output.is_err() => {
+                            guard.0.record(Verdict::new(Outcome::Failure));
                         }
-                        Ok(Classified::AtEndOfStream(eos)) => {
-                            later = recorder.defer().map(|obligation| (eos, obligation));
-                        }
-                        Err(panic) => {
-                            recorder.record(Verdict::new(Outcome::Failure));
-                            resume_unwind(panic)
+                        Classified::AtEndOfStream(eos) => {
+                            later = guard.0.defer().map(|obligation| (eos, obligation));
                         }
                     }
                 }
+                guard.disarm();
                 Poll::Ready(output.map(|response| Finish::finish(response, later)))
             }
         }
@@ -389,6 +392,25 @@ impl Recorder<'_> {
             what,
             self.start,
         )))
+    }
+}
+
+/// Records a failure if dropped armed: while a panic unwinds past the
+/// poll of a response future.
+struct FailOnPanic<'r, 'a>(&'r mut Recorder<'a>);
+
+impl FailOnPanic<'_, '_> {
+    /// The poll returned: nothing to record here.
+    #[inline(always)]
+    fn disarm(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for FailOnPanic<'_, '_> {
+    #[cold]
+    fn drop(&mut self) {
+        self.0.record(Verdict::new(Outcome::Failure));
     }
 }
 

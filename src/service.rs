@@ -517,7 +517,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
                 }
                 Reservation::Probe(_) => self.ready = Reservation::Unchecked,
             }
-            return self.call_admitted(req, word.generation(), None, Record::Policy);
+            return self.call_closed(req, word.generation());
         }
         // The refusal `poll_ready` promised, on a word that has not moved:
         // the common case while open, decided here without a call.
@@ -682,6 +682,18 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
                 }
             },
         }
+    }
+
+    /// A call admitted closed: no permit, recorded by the policy.
+    #[inline(always)]
+    fn call_closed<Req>(&mut self, req: Req, generation: u32) -> ResponseFuture<S::Future, C>
+    where
+        S: Service<Req>,
+    {
+        let hold = self.handle.admitted();
+        let start = self.handle.shared.needs_latency().then(Instant::now);
+        let future = self.inner.call(req);
+        ResponseFuture::called(future, hold, generation, None, start, Record::Policy)
     }
 
     #[inline]
