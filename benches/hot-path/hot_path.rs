@@ -18,7 +18,7 @@
 //! # Rows
 //!
 //! Every inner service answers at once, so what is measured is what is
-//! around it, not an executor. Each row is run by one of four loops (the
+//! around it, not an executor. Each row is run by one of six loops (the
 //! `callers` module; the stack-pinned one is `benches/common/driver.rs`):
 //!
 //! * `async/*`: the call as tower users write it,
@@ -26,6 +26,25 @@
 //!   response future is moved into the async fn's state and awaited there.
 //!   The loop is a minimal executor: each call is a task (the async fn's
 //!   future) polled once with a no-op waker, no tokio runtime involved.
+//! * `hand/*`: the same async fn, in the loop of an independent program
+//!   that measured this crate against recloser: each call's future pinned
+//!   in the loop and polled once with a no-op waker, and only
+//!   `black_box(r.is_ok())` kept of the result (the async loop keeps all
+//!   of it). The same work in another code layout. This loop and the next
+//!   call a copy of the async loop's async fn (`program_call`): sharing one
+//!   with it made the compiler stop inlining it into the async loop, and
+//!   `async/bare` went from 0.8 to 13 ns.
+//! * `block_on/*`: the same async fn awaited in a loop inside one
+//!   `block_on` of a tokio current-thread runtime (`enable_all()`), timed
+//!   inside the block, as the same program's second loop: a real executor,
+//!   a real waker, each call's future part of the block's state. The
+//!   runtime is its own, made once and kept in a static, not the one `main`
+//!   enters: `enter()` only sets the current handle, so `block_on` under
+//!   it does not nest (tokio refuses a `block_on` only inside another one
+//!   or inside a task), and a runtime of its own keeps the loop
+//!   independent of the rest and configured as the program's was. With
+//!   this package's tokio features `enable_all()` is the time driver alone
+//!   (no `net`: adding it would change the tokio every row is built with).
 //! * `oneshot/*`: a request through a fresh clone,
 //!   `svc.clone().oneshot(req).await` in an async fn, as axum routes,
 //!   `Buffer` callers and balancers make them.
@@ -45,14 +64,24 @@
 //!   of the same inner service, closed and forced open (see
 //!   [Peers](#peers)), compared with `closed/consecutive` (this crate's
 //!   default) and with `rejected`.
+//! * `floor/closed`, `floor/rejected`: the floor (see [The floor](#the-floor)),
+//!   closed and forced open, compared with `closed/consecutive` and with
+//!   `rejected`.
 //! * `boxed/*`: the same with an inner service whose error is `BoxError`
 //!   (every rejection boxed), over `boxed/bare`, that service alone.
+//!
+//! The hand-polled and `block_on` callers exist to check the other two
+//! (see [Driver agreement](#driver-agreement)), with fewer rows: `bare`,
+//! `closed/consecutive`, `closed/time_window`, `rejected`, the peers'
+//! `peer/closed/*` and `peer/rejected/*`, the floor's two, and
+//! `boxed/closed/consecutive` over `boxed/bare`.
 //!
 //! For a clone per request (`oneshot/*`) and a clone dropped (`clone_drop/*`):
 //! `bare`, `reference/arc` (a service holding one `Arc`: one reference-count
 //! round trip per clone, the unit), `tower-circuit-breaker` (closed, default
 //! policy), `keyed/1k_keys/4_keys` (a keyed service over a registry of
-//! 1,000 keys, calling four of them) and each peer, closed.
+//! 1,000 keys, calling four of them), `floor` (see
+//! [The floor](#the-floor)) and each peer, closed.
 //!
 //! Keyed calls as the registry grows (`async/keyed/*`, the `keyed` module):
 //! registries of 10, 1,000 and 100,000 keys, called with four keys the
@@ -144,6 +173,53 @@
 //! while half-open (both admit every call then), so they have no
 //! `half_open/*` row.
 //!
+//! # The floor
+//!
+//! `floor/*` (the `floor` module) is the least a tower circuit breaker that
+//! works must do, written here: an `Arc` holding an `AtomicU32` count of
+//! consecutive failures and an `AtomicU64` end of the open period
+//! (nanoseconds from a base `Instant`); `call` reads the clock only once
+//! the count has reached the threshold, and refuses while the period
+//! runs; the response future holds a clone of the `Arc` and records the
+//! outcome, a failure adding one to the count (at the threshold it opens
+//! the breaker) and a success storing 0 when the count is not 0 already.
+//! Same inner service, a typed error (`FloorError`, no allocation on a
+//! refusal), 5 failures and 30 s as this crate's default. It has no
+//! probe limit, no configuration, no events, no cancellation path: a
+//! crate's added cost divided by the floor's says how far from the least
+//! possible that crate is, and what its features cost on the hot path.
+//!
+//! # Driver agreement
+//!
+//! After the table, every row measured by more than one of the async,
+//! hand-polled, `block_on` and stack-pinned loops (this crate's, each
+//! peer's and the floor's, closed and open) is printed again with its
+//! added nanoseconds under each loop (the `agreement` module). A line
+//! starting `DISAGREE:` names each row whose added cost under one loop is
+//! more than 25% above (of the smaller) and more than 5 ns above its cost
+//! under another, with the widest pair. The figures are reported as they
+//! are, never averaged: a row that disagrees has a cost that depends on the
+//! code around the call, and a comparison that holds under one loop only
+//! is not what users get. Then, per loop, the two ratios the targets are
+//! set in: this crate's `closed/consecutive` added cost over recloser's
+//! (`peer/closed/recloser`) and over the floor's (`floor/closed`), and
+//! the same for `rejected` (over `peer/rejected/recloser` and
+//! `floor/rejected`).
+//!
+//! # Profile
+//!
+//! The workspace sets no `[profile.release]` or `[profile.bench]`, so the
+//! figures come from cargo's default release profile (thin local LTO, 16
+//! codegen units), as a user's build without a profile of its own. The
+//! independent program was built with fat LTO and one codegen unit; to
+//! measure that way, without changing the workspace, use cargo's
+//! environment overrides:
+//!
+//! ```text
+//! CARGO_PROFILE_BENCH_LTO=fat CARGO_PROFILE_BENCH_CODEGEN_UNITS=1 \
+//!     cargo bench -p tower-circuit-breaker-hot-path
+//! ```
+//!
 //! # Output
 //!
 //! `cargo bench -p tower-circuit-breaker-hot-path` runs criterion on every
@@ -153,7 +229,8 @@
 //! nanoseconds added over the row's baseline, allocations and bytes
 //! allocated per operation, the added cost in `Arc` round trips, and the
 //! added cost divided by that of the `vs` row (for a peer, this crate's:
-//! above 1 the peer costs more). Then the streamed bodies' table, the
+//! above 1 the peer costs more). Then the driver-agreement check (see
+//! [Driver agreement](#driver-agreement)), the streamed bodies' table, the
 //! memory report, and the two-thread table (best of a few rounds), with a
 //! note when `bare` did not scale (other work on the cores makes it
 //! unreliable). With `HOT_PATH_QUICK=1` criterion is skipped and the
@@ -165,10 +242,12 @@
 //! `cargo test --workspace --benches`), every row is only checked, with a
 //! handful of calls, because an unoptimised build says nothing about speed.
 
+mod agreement;
 mod alloc;
 mod callers;
 #[path = "../common/driver.rs"]
 mod driver;
+mod floor;
 mod keyed;
 mod memory;
 mod peers;

@@ -1,7 +1,8 @@
 //! The single-thread rows, in the order the summary prints them: calls
 //! from an async caller first (keyed calls as the registry grows among
-//! them), then a clone per request, the stack-pinned calls, and the
-//! references.
+//! them), then the same call hand-polled and under `block_on` (the rows
+//! the driver-agreement check compares), a clone per request, the
+//! stack-pinned calls, and the references.
 
 use std::fmt;
 use std::future::ready;
@@ -18,6 +19,7 @@ use tower_circuit_breaker::policy::{
 use tower_circuit_breaker::registry::KeyedLayer;
 use tower_circuit_breaker::{Breaker, CircuitBreaker, CircuitOpen, Config, Readiness, State};
 
+use crate::floor;
 use crate::keyed;
 use crate::peers;
 use crate::scenario::{breaker_in, Caller, Scenario};
@@ -30,6 +32,8 @@ use crate::services::{
 pub fn scenarios() -> Vec<Scenario> {
     let mut rows = breaker_rows(Caller::Async);
     rows.extend(keyed::growth());
+    rows.extend(agreement_rows(Caller::Hand));
+    rows.extend(agreement_rows(Caller::BlockOn));
     rows.extend(clone_rows(Caller::Oneshot));
     rows.extend(clone_rows(Caller::CloneDrop));
     rows.extend(breaker_rows(Caller::Stack));
@@ -172,16 +176,7 @@ fn breaker_rows(caller: Caller) -> Vec<Scenario> {
             fail_fast,
             inner(),
         ),
-        closed(
-            caller,
-            "closed/time_window",
-            config(
-                "closed/time_window",
-                TimeWindow::new(Duration::from_secs(10)),
-            ),
-            fail_fast,
-            inner(),
-        ),
+        time_window(caller),
         closed(
             caller,
             "closed/slow_calls",
@@ -233,6 +228,7 @@ fn breaker_rows(caller: Caller) -> Vec<Scenario> {
             "closed/consecutive",
         ))
         .chain(peers::rejected(caller, "peer/rejected", "bare", "rejected"))
+        .chain(floor::rows(caller))
         .chain(boxed)
         .chain(peers::closed(
             caller,
@@ -244,10 +240,66 @@ fn breaker_rows(caller: Caller) -> Vec<Scenario> {
         .collect()
 }
 
+/// The default breaker with a time window of 10 s, closed.
+fn time_window(caller: Caller) -> Scenario {
+    let name = "closed/time_window";
+    let policy = TimeWindow::new(Duration::from_secs(10));
+    closed(
+        caller,
+        name,
+        config(name, policy),
+        Readiness::FailFast,
+        inner(),
+    )
+}
+
+/// The rows of the callers that exist to check the others (`Caller::Hand`,
+/// `Caller::BlockOn`): the bare service; this crate closed (default and
+/// time window), open, and closed with `BoxError` (over `boxed/bare`);
+/// each peer closed and forced open; the floor closed and open. Each is
+/// also an async and a stack-pinned row, under the same name.
+fn agreement_rows(caller: Caller) -> Vec<Scenario> {
+    let ours = vec![
+        closed(
+            caller,
+            "closed/consecutive",
+            Config::default(),
+            Readiness::FailFast,
+            inner(),
+        ),
+        time_window(caller),
+        rejected(caller, "rejected", inner(), || BenchError::Failed),
+    ];
+    let boxed = vec![
+        Scenario::new(caller, "boxed/bare", inner_boxed(), |_| {}),
+        closed(
+            caller,
+            "boxed/closed/consecutive",
+            Config::default(),
+            Readiness::FailFast,
+            inner_boxed(),
+        )
+        .over("boxed/bare"),
+    ];
+    std::iter::once(Scenario::new(caller, "bare", inner(), |_| {}))
+        .chain(ours.into_iter().map(|row| row.over("bare")))
+        .chain(peers::closed(
+            caller,
+            "peer/closed",
+            inner,
+            "bare",
+            "closed/consecutive",
+        ))
+        .chain(peers::rejected(caller, "peer/rejected", "bare", "rejected"))
+        .chain(floor::rows(caller))
+        .chain(boxed)
+        .collect()
+}
+
 /// A clone per request (`Caller::Oneshot`), or a clone dropped at once
 /// (`Caller::CloneDrop`): the bare service, a service holding one `Arc`
-/// (the unit), this crate closed (default policy), a keyed service, and
-/// each peer closed.
+/// (the unit), this crate closed (default policy), a keyed service, the
+/// floor, and each peer closed.
 fn clone_rows(caller: Caller) -> Vec<Scenario> {
     const OURS: &str = "tower-circuit-breaker";
     let arc = ArcRoundTrip {
@@ -272,6 +324,7 @@ fn clone_rows(caller: Caller) -> Vec<Scenario> {
         Scenario::new(caller, "keyed/1k_keys/4_keys", keyed, |_| {})
             .over("bare")
             .versus(OURS),
+        floor::closed(caller, "floor").over("bare").versus(OURS),
     ]
     .into_iter()
     .chain(peers::closed(caller, "peer", inner, "bare", OURS))

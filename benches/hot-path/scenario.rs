@@ -1,6 +1,6 @@
 //! A row of the single-thread table: a service, the loop that calls it,
 //! and what it is measured against; then criterion over every row, and the
-//! summary table.
+//! summary table (followed by the `agreement` module's check).
 
 use std::time::Duration;
 
@@ -8,8 +8,9 @@ use criterion::Criterion;
 use tower::Service;
 use tower_circuit_breaker::{Breaker, State};
 
+use crate::agreement;
 use crate::alloc::{counting, Tally};
-use crate::callers::{drive_async, drive_clone_drop, drive_oneshot};
+use crate::callers::{drive_async, drive_block_on, drive_clone_drop, drive_hand, drive_oneshot};
 use crate::driver::drive;
 
 /// How a row calls its service (see the `callers` module).
@@ -17,6 +18,11 @@ use crate::driver::drive;
 pub enum Caller {
     /// `svc.ready().await?.call(req).await` in an async fn.
     Async,
+    /// The same, each future pinned and polled once in the loop, only
+    /// `is_ok()` of the result kept: the independent program's loop.
+    Hand,
+    /// The same, awaited in an async block under tokio's `block_on`.
+    BlockOn,
     /// `svc.clone().oneshot(req).await` in an async fn.
     Oneshot,
     /// A clone of the service, dropped at once; no call.
@@ -31,6 +37,8 @@ impl Caller {
     pub fn prefix(self) -> &'static str {
         match self {
             Caller::Async => "async/",
+            Caller::Hand => "hand/",
+            Caller::BlockOn => "block_on/",
             Caller::Oneshot => "oneshot/",
             Caller::CloneDrop => "clone_drop/",
             Caller::Stack => "",
@@ -43,6 +51,14 @@ impl Caller {
             Caller::Async => {
                 "async caller: `svc.ready().await?.call(req).await` in an async fn, \
                  one task per call polled once with a no-op waker"
+            }
+            Caller::Hand => {
+                "hand-polled: the same async fn, each call's future pinned and polled once \
+                 in the loop, `black_box(r.is_ok())` (the independent program's loop)"
+            }
+            Caller::BlockOn => {
+                "block_on: the same async fn awaited in a loop inside tokio's current-thread \
+                 `block_on`, timed inside the block"
             }
             Caller::Oneshot => {
                 "a fresh clone per request: `svc.clone().oneshot(req).await` in an async fn"
@@ -58,6 +74,8 @@ impl Caller {
     fn driver<S: Service<u64> + Clone>(self) -> fn(&mut S, u64) -> Duration {
         match self {
             Caller::Async => drive_async::<S>,
+            Caller::Hand => drive_hand::<S>,
+            Caller::BlockOn => drive_block_on::<S>,
             Caller::Oneshot => drive_oneshot::<S>,
             Caller::CloneDrop => drive_clone_drop::<S>,
             Caller::Stack => drive::<S>,
@@ -290,4 +308,7 @@ pub fn summarize(scenarios: &mut [Scenario], rounds: &Rounds) {
             plus.map_or(String::new(), |p| ratio(p, versus)),
         );
     }
+
+    let plus: Vec<Option<f64>> = (0..scenarios.len()).map(added).collect();
+    agreement::report(scenarios, &plus);
 }
