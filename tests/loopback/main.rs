@@ -35,6 +35,7 @@ mod axum_gateway;
 mod axum_route_layer;
 mod body_panics;
 mod grpc_deadlines;
+mod grpc_probes;
 mod grpc_router;
 mod hyper_client;
 mod keyed_gateway;

@@ -414,7 +414,9 @@ impl Shared {
                 }
                 // Unreachable under the lock; stay safe if that changes.
                 Err(_) => {
-                    book.attempt -= 1;
+                    if failures > 0 {
+                        book.attempt -= 1;
+                    }
                     return;
                 }
             }
