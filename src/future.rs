@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -17,7 +18,6 @@ use crate::classify::{Classified, Classify, FailureClass, Outcome, Verdict};
 use crate::config::LatencyTo;
 use crate::error::CircuitOpen;
 use crate::local::Lease;
-use crate::millis::Stamp;
 
 /// How a response future holds its breaker and classifier until the
 /// outcome is in.
@@ -186,7 +186,7 @@ pin_project! {
                 // Dropped before its outcome was known; the permit, if
                 // any, goes back as the field drops.
                 if *record != Record::Nothing {
-                    cancel(hold.shared(), *generation, permit, record, start.get());
+                    cancel(hold.shared(), *generation, permit, record, *start);
                 }
             }
         }
@@ -208,8 +208,7 @@ pin_project! {
             generation: u32,
             permit: Option<Box<Permit>>,
             record: Record,
-            // When the call started, if its latency counts.
-            start: Stamp,
+            start: Option<Instant>,
         },
         Rejected {
             error: Option<CircuitOpen>,
@@ -234,7 +233,7 @@ impl<F, C> ResponseFuture<F, C> {
                 generation,
                 permit,
                 record,
-                start: Stamp::of(start),
+                start,
             },
         }
     }
@@ -273,40 +272,41 @@ where
                 record: what,
                 start,
             } => {
+                let polled = catch_unwind(AssertUnwindSafe(|| future.poll(cx)));
                 let mut recorder = Recorder {
                     shared: hold.shared(),
                     generation: *generation,
                     permit,
                     what,
-                    start: start.get(),
+                    start: *start,
                 };
-                // A panic in the inner future or the classifier is a
-                // failure: the guard records it as the panic unwinds past,
-                // which costs nothing when there is none (no result moved
-                // through a `catch_unwind`).
-                let guard = FailOnPanic(&mut recorder);
-                let output = match future.poll(cx) {
-                    Poll::Pending => {
-                        guard.disarm();
-                        return Poll::Pending;
+                let output = match polled {
+                    Ok(Poll::Pending) => return Poll::Pending,
+                    Ok(Poll::Ready(output)) => output,
+                    Err(panic) => {
+                        recorder.record(Verdict::new(Outcome::Failure));
+                        resume_unwind(panic)
                     }
-                    Poll::Ready(output) => output,
                 };
                 let mut later = None;
-                if guard.0.is_recording() {
-                    match hold.classifier().classify(output.as_ref()) {
-                        Classified::Ready(verdict) => guard.0.record(verdict),
+                if recorder.is_recording() {
+                    let classifier = hold.classifier();
+                    match catch_unwind(AssertUnwindSafe(|| classifier.classify(output.as_ref()))) {
+                        Ok(Classified::Ready(verdict)) => recorder.record(verdict),
                         // An error has no body to wait for: a deferral
                         // there is a failure.
-                        Classified::AtEndOfStream(_) if output.is_err() => {
-                            guard.0.record(Verdict::new(Outcome::Failure));
+                        Ok(Classified::AtEndOfStream(_)) if output.is_err() => {
+                            recorder.record(Verdict::new(Outcome::Failure));
                         }
-                        Classified::AtEndOfStream(eos) => {
-                            later = guard.0.defer().map(|obligation| (eos, obligation));
+                        Ok(Classified::AtEndOfStream(eos)) => {
+                            later = recorder.defer().map(|obligation| (eos, obligation));
+                        }
+                        Err(panic) => {
+                            recorder.record(Verdict::new(Outcome::Failure));
+                            resume_unwind(panic)
                         }
                     }
                 }
-                guard.disarm();
                 Poll::Ready(output.map(|response| Finish::finish(response, later)))
             }
         }
@@ -392,25 +392,6 @@ impl Recorder<'_> {
             what,
             self.start,
         )))
-    }
-}
-
-/// Records a failure if dropped armed: while a panic unwinds past the
-/// poll of a response future.
-struct FailOnPanic<'r, 'a>(&'r mut Recorder<'a>);
-
-impl FailOnPanic<'_, '_> {
-    /// The poll returned: nothing to record here.
-    #[inline(always)]
-    fn disarm(self) {
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for FailOnPanic<'_, '_> {
-    #[cold]
-    fn drop(&mut self) {
-        self.0.record(Verdict::new(Outcome::Failure));
     }
 }
 
@@ -509,13 +490,15 @@ impl Drop for Pending {
         // The caller walked away before the end: says nothing of the
         // upstream's health. A cancellation; the permit goes back as the
         // field drops.
-        cancel(
-            &self.shared,
-            self.generation,
-            &mut self.permit,
-            &mut self.what,
-            self.start,
-        );
+        if self.what != Record::Nothing {
+            cancel(
+                &self.shared,
+                self.generation,
+                &mut self.permit,
+                &mut self.what,
+                self.start,
+            );
+        }
         if self.internal {
             self.shared.note_internal_handle(false);
         }

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -687,21 +688,26 @@ where
                 classifier,
                 start,
             } => {
-                // A panic in the inner future or the classifier is a
-                // failure in each leg, recorded as it unwinds past.
-                let guard = FailLegsOnPanic {
-                    legs: Some(legs),
-                    start: *start,
-                };
-                let output = match future.poll(cx) {
-                    Poll::Pending => {
-                        guard.disarm();
-                        return Poll::Pending;
+                let output = match catch_unwind(AssertUnwindSafe(|| future.poll(cx))) {
+                    Ok(Poll::Pending) => return Poll::Pending,
+                    Ok(Poll::Ready(output)) => output,
+                    Err(panic) => {
+                        for leg in legs.iter_mut().flatten() {
+                            leg.record(Verdict::new(Outcome::Failure), *start);
+                        }
+                        resume_unwind(panic)
                     }
-                    Poll::Ready(output) => output,
                 };
-                let verdict = classifier.classify(output.as_ref());
-                let legs = guard.disarm();
+                let verdict =
+                    match catch_unwind(AssertUnwindSafe(|| classifier.classify(output.as_ref()))) {
+                        Ok(verdict) => verdict,
+                        Err(panic) => {
+                            for leg in legs.iter_mut().flatten() {
+                                leg.record(Verdict::new(Outcome::Failure), *start);
+                            }
+                            resume_unwind(panic)
+                        }
+                    };
                 let later = match verdict {
                     Classified::Ready(verdict) => {
                         for leg in legs.iter_mut().flatten() {
@@ -726,40 +732,6 @@ where
                 Poll::Ready(output.map(|response| Finish::finish(response, later)))
             }
         }
-    }
-}
-
-/// Records a failure in each leg if dropped armed: while a panic unwinds
-/// past the poll of a keyed response future.
-struct FailLegsOnPanic<'a> {
-    legs: Option<&'a mut [Option<Leg>; 2]>,
-    start: Option<Instant>,
-}
-
-impl<'a> FailLegsOnPanic<'a> {
-    /// The poll returned: the legs, for the verdict.
-    #[inline(always)]
-    fn disarm(mut self) -> &'a mut [Option<Leg>; 2] {
-        match self.legs.take() {
-            Some(legs) => legs,
-            None => unreachable!("a guard is disarmed once"),
-        }
-    }
-}
-
-impl Drop for FailLegsOnPanic<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        if let Some(legs) = self.legs.take() {
-            fail_on_panic(legs, self.start);
-        }
-    }
-}
-
-#[cold]
-fn fail_on_panic(legs: &mut [Option<Leg>; 2], start: Option<Instant>) {
-    for leg in legs.iter_mut().flatten() {
-        leg.record(Verdict::new(Outcome::Failure), start);
     }
 }
 
