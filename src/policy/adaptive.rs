@@ -357,8 +357,8 @@ fn wilson(hits: f64, trials: f64, z: f64) -> (f64, f64) {
 /// so a young policy needs more failures to trip. A hard outage from its
 /// first call, or from its hundredth, trips it within about 20 calls, from
 /// the five-hundredth within 5 to 10, and from about the two-thousandth as
-/// soon as once the baseline is learned (five consecutive failures, the
-/// warm-up's fallback of earlier releases, take 5 at any age; to trip that
+/// soon as once the baseline is learned (five consecutive failures take 5 at
+/// any age; to trip that
 /// soon from the first call, combine the policy with
 /// `CountWindow::new(5, 5)` in [`TripPolicy::any_of`], at the cost of that
 /// rule's own trips on normal runs of five); a partial one (40% of calls failing) at the

@@ -282,8 +282,7 @@ where
 
     /// `key`'s breaker, if it exists; a use at insertion count `now`.
     /// Inlined into the request path's lookup, whose cache misses it then
-    /// overlaps (out of line, a call with a new key every time measured
-    /// 15 ns slower).
+    /// overlaps.
     #[inline(always)]
     fn find(&self, key: &K, hash: u64, now: Option<u64>) -> Option<Breaker> {
         let shard = self.shard(hash).read().unwrap_or_else(|p| p.into_inner());

@@ -612,7 +612,7 @@ impl RedisStoreBuilder {
 
     /// How many instances must be failing at once before the fleet opens
     /// a breaker for all of them (default 1: any instance's evidence opens
-    /// it, the behaviour of earlier releases).
+    /// it).
     ///
     /// An instance whose own network path, DNS or connection pool is
     /// broken fails every call, while the provider is healthy; with a
