@@ -259,40 +259,23 @@ fn time_window(caller: Caller) -> Scenario {
 /// each peer closed and forced open; the floor closed and open. Each is
 /// also an async and a stack-pinned row, under the same name.
 fn agreement_rows(caller: Caller) -> Vec<Scenario> {
-    let ours = vec![
-        closed(
-            caller,
-            "closed/consecutive",
-            Config::default(),
-            Readiness::FailFast,
-            inner(),
-        ),
-        time_window(caller),
-        rejected(caller, "rejected", inner(), || BenchError::Failed),
+    const ROWS: [&str; 8] = [
+        "bare",
+        "closed/consecutive",
+        "closed/time_window",
+        "rejected",
+        "floor/closed",
+        "floor/rejected",
+        "boxed/bare",
+        "boxed/closed/consecutive",
     ];
-    let boxed = vec![
-        Scenario::new(caller, "boxed/bare", inner_boxed(), |_| {}),
-        closed(
-            caller,
-            "boxed/closed/consecutive",
-            Config::default(),
-            Readiness::FailFast,
-            inner_boxed(),
-        )
-        .over("boxed/bare"),
-    ];
-    std::iter::once(Scenario::new(caller, "bare", inner(), |_| {}))
-        .chain(ours.into_iter().map(|row| row.over("bare")))
-        .chain(peers::closed(
-            caller,
-            "peer/closed",
-            inner,
-            "bare",
-            "closed/consecutive",
-        ))
-        .chain(peers::rejected(caller, "peer/rejected", "bare", "rejected"))
-        .chain(floor::rows(caller))
-        .chain(boxed)
+    let prefix = caller.prefix();
+    breaker_rows(caller)
+        .into_iter()
+        .filter(|row| {
+            let name = row.name.strip_prefix(prefix).unwrap_or(&row.name);
+            ROWS.contains(&name) || name.starts_with("peer/")
+        })
         .collect()
 }
 

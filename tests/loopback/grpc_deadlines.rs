@@ -53,6 +53,15 @@ async fn hanging_backend(timeout: Option<Duration>) -> SocketAddr {
     addr
 }
 
+/// A status's `grpc-retry-pushback-ms`, which it must carry.
+pub(crate) fn pushback_ms(status: &Status) -> u64 {
+    let value = status
+        .metadata()
+        .get("grpc-retry-pushback-ms")
+        .expect("a pushback");
+    value.to_str().unwrap().parse().unwrap()
+}
+
 fn check() -> HealthCheckRequest {
     HealthCheckRequest {
         service: String::new(),
@@ -156,14 +165,7 @@ async fn a_refusal_through_a_boxed_error_reaches_a_generated_client_as_unavailab
     breaker.force_open(Some(Duration::from_millis(2_500)));
     let refused = HealthClient::new(guarded).check(check()).await.unwrap_err();
     assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
-    let pushback: u64 = refused
-        .metadata()
-        .get("grpc-retry-pushback-ms")
-        .expect("a pushback")
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let pushback = pushback_ms(&refused);
     // What is left of the 2.5 s, read on the wall clock a moment later.
     assert!((1000..=2500).contains(&pushback), "{pushback}");
     assert!(tower_circuit_breaker::CircuitOpen::find(&refused).is_some());

@@ -216,14 +216,7 @@ async fn a_grpc_pushback_sets_each_open_period_without_backoff_stacked_on_it() {
             .await
             .unwrap_err();
         assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
-        let pushback: u64 = refused
-            .metadata()
-            .get("grpc-retry-pushback-ms")
-            .expect("a pushback")
-            .to_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let pushback = crate::grpc_deadlines::pushback_ms(&refused);
         // Under a second left: sent as the one-second floor (`From<CircuitOpen>
         // for Status`), not the 400 ms the upstream asked for.
         assert_eq!(pushback, 1000);
