@@ -100,16 +100,9 @@ async fn the_router_fails_over_unary_calls_and_judges_streams_by_their_trailers(
 
 #[test]
 fn the_readmes_tonic_section_is_the_routers_wiring() {
-    let readme = include_str!("../../README.md");
     let wiring = include_str!("../../examples/grpc_router/router.rs");
-    let start = readme
-        .find("<!-- the gRPC router's wiring: examples/grpc_router/router.rs -->")
-        .expect("the README's gRPC router section");
-    let code = readme[start..]
-        .split_once("```rust,ignore\n")
-        .and_then(|(_, rest)| rest.split_once("```\n"))
-        .map(|(code, _)| code)
-        .expect("the section's code block");
+    let marker = "<!-- the gRPC router's wiring: examples/grpc_router/router.rs -->";
+    let code = crate::model_router::readme_block(marker);
     assert_eq!(
         code, wiring,
         "the README shows grpc_router/router.rs as it is"

@@ -59,18 +59,21 @@ async fn the_breakers_turn_the_outages_into_a_constant_cost() {
     assert_eq!(last.answer, Answer::Streamed, "{last:?}");
 }
 
-#[test]
-fn the_readmes_gateway_section_is_the_demos_wiring() {
+/// The README's code block that follows `marker`, a comment naming the
+/// file it shows.
+pub(crate) fn readme_block(marker: &str) -> &'static str {
     let readme = include_str!("../../README.md");
-    let wiring = include_str!("../../examples/router/src/gateway.rs");
-    let start = readme
-        .find("<!-- the model router's wiring: examples/router/src/gateway.rs -->")
-        .expect("the README's gateway section");
-    let block = &readme[start..];
-    let code = block
+    let start = readme.find(marker).expect("the README's section");
+    readme[start..]
         .split_once("```rust,ignore\n")
         .and_then(|(_, rest)| rest.split_once("```\n"))
         .map(|(code, _)| code)
-        .expect("the section's code block");
+        .expect("the section's code block")
+}
+
+#[test]
+fn the_readmes_gateway_section_is_the_demos_wiring() {
+    let wiring = include_str!("../../examples/router/src/gateway.rs");
+    let code = readme_block("<!-- the model router's wiring: examples/router/src/gateway.rs -->");
     assert_eq!(code, wiring, "the README shows src/gateway.rs as it is");
 }
