@@ -79,7 +79,7 @@ impl Record {
 /// `cancelled_failure_after`, a failure (a probe's, a failed probe). A
 /// cancelled probe gave no evidence: the breaker opens again for the period
 /// it just had, neither longer nor at once.
-#[cold]
+#[inline]
 pub(crate) fn cancel(
     shared: &Shared,
     generation: u32,
@@ -87,9 +87,21 @@ pub(crate) fn cancel(
     what: &mut Record,
     start: Option<Instant>,
 ) {
-    if *what == Record::Nothing {
-        return;
+    // Checked here, inline: a call whose outcome was recorded (every call
+    // that completed) drops without a call out of line.
+    if *what != Record::Nothing {
+        cancel_unrecorded(shared, generation, permit, what, start);
     }
+}
+
+#[cold]
+fn cancel_unrecorded(
+    shared: &Shared,
+    generation: u32,
+    permit: &mut Option<Box<Permit>>,
+    what: &mut Record,
+    start: Option<Instant>,
+) {
     if shared.cancellation_is_failure(start) {
         if let Some(count_only) = what.take() {
             let failure = Verdict::failure(FailureClass::Timeout);
@@ -185,9 +197,7 @@ pin_project! {
             {
                 // Dropped before its outcome was known; the permit, if
                 // any, goes back as the field drops.
-                if *record != Record::Nothing {
-                    cancel(hold.shared(), *generation, permit, record, *start);
-                }
+                cancel(hold.shared(), *generation, permit, record, *start);
             }
         }
     }
@@ -490,15 +500,13 @@ impl Drop for Pending {
         // The caller walked away before the end: says nothing of the
         // upstream's health. A cancellation; the permit goes back as the
         // field drops.
-        if self.what != Record::Nothing {
-            cancel(
-                &self.shared,
-                self.generation,
-                &mut self.permit,
-                &mut self.what,
-                self.start,
-            );
-        }
+        cancel(
+            &self.shared,
+            self.generation,
+            &mut self.permit,
+            &mut self.what,
+            self.start,
+        );
         if self.internal {
             self.shared.note_internal_handle(false);
         }

@@ -517,7 +517,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
                 }
                 Reservation::Probe(_) => self.ready = Reservation::Unchecked,
             }
-            return self.call_closed(req, word.generation());
+            return self.call_admitted(req, word.generation(), None, Record::Policy);
         }
         // The refusal `poll_ready` promised, on a word that has not moved:
         // the common case while open, decided here without a call.
@@ -684,19 +684,9 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
         }
     }
 
-    /// A call admitted closed: no permit, recorded by the policy.
+    /// Inlined whole: a closed call's constant `None` and `Record::Policy`
+    /// then build its response future in place.
     #[inline(always)]
-    fn call_closed<Req>(&mut self, req: Req, generation: u32) -> ResponseFuture<S::Future, C>
-    where
-        S: Service<Req>,
-    {
-        let hold = self.handle.admitted();
-        let start = self.handle.shared.needs_latency().then(Instant::now);
-        let future = self.inner.call(req);
-        ResponseFuture::called(future, hold, generation, None, start, Record::Policy)
-    }
-
-    #[inline]
     fn call_admitted<Req>(
         &mut self,
         req: Req,

@@ -417,9 +417,6 @@ impl Leg {
     /// Counts the call as cancelled, unless its outcome was recorded (the
     /// leg is being dropped; a probe's permit goes back as it does).
     pub(super) fn cancel(&mut self, start: Option<Instant>) {
-        if self.record == Record::Nothing {
-            return;
-        }
         cancel(
             self.hold.shared(),
             self.generation,

@@ -16,7 +16,7 @@ use tonic::transport::{Endpoint, Server};
 use tonic::{Code, Request, Status};
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
-use tower::{service_fn, BoxError, Layer, ServiceBuilder, ServiceExt};
+use tower::{service_fn, Layer, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::classify::{GrpcClassifier, TonicClassifier};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, Config, State};
@@ -62,7 +62,7 @@ pub(crate) fn pushback_ms(status: &Status) -> u64 {
     value.to_str().unwrap().parse().unwrap()
 }
 
-fn check() -> HealthCheckRequest {
+pub(crate) fn check() -> HealthCheckRequest {
     HealthCheckRequest {
         service: String::new(),
     }
@@ -129,13 +129,7 @@ async fn an_expired_deadline_is_ignored_when_so_told_and_a_callers_cancel_always
 async fn a_servers_deadline_answered_as_cancelled_is_a_failure_around_a_channel() {
     let backend = hanging_backend(Some(DEADLINE)).await;
     let breaker = breaker();
-    let channel = Endpoint::from_shared(format!("http://{backend}"))
-        .unwrap()
-        .connect_lazy();
-    let guarded = ServiceBuilder::new()
-        .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).classify(GrpcClassifier::new()))
-        .map_err(BoxError::from)
-        .service(channel);
+    let guarded = crate::grpc_probes::guarded(&breaker, backend);
     // No deadline of the client's own: the server's answers.
     let status = HealthClient::new(guarded.clone())
         .check(check())

@@ -23,7 +23,6 @@ use tonic::{Code, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::health_server::HealthServer;
-use tonic_health::pb::HealthCheckRequest;
 use tonic_health::server::{HealthReporter, HealthService};
 use tower::util::MapErr;
 use tower::{BoxError, ServiceBuilder};
@@ -33,9 +32,11 @@ use tower_circuit_breaker::{
     Breaker, CircuitBreaker, CircuitBreakerLayer, CircuitOpen, Config, State,
 };
 
+use crate::grpc_deadlines::{check, pushback_ms};
+
 /// A `Channel` behind the breaker, judged by `GrpcClassifier` (head or
 /// trailers), its error boxed as the breaker's refusal needs.
-type Guarded =
+pub(crate) type Guarded =
     CircuitBreaker<MapErr<Channel, fn(tonic::transport::Error) -> BoxError>, GrpcClassifier>;
 
 /// Serves `routes` on a free port of 127.0.0.1, counting every RPC that
@@ -69,7 +70,7 @@ fn breaker(cooldown: Duration) -> Breaker {
 }
 
 /// A lazy channel to `backend` behind `breaker`.
-fn guarded(breaker: &Breaker, backend: SocketAddr) -> Guarded {
+pub(crate) fn guarded(breaker: &Breaker, backend: SocketAddr) -> Guarded {
     let channel = Endpoint::from_shared(format!("http://{backend}"))
         .unwrap()
         .connect_lazy();
@@ -78,12 +79,6 @@ fn guarded(breaker: &Breaker, backend: SocketAddr) -> Guarded {
         .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).classify(GrpcClassifier::new()))
         .map_err(boxed)
         .service(channel)
-}
-
-fn check() -> HealthCheckRequest {
-    HealthCheckRequest {
-        service: String::new(),
-    }
 }
 
 /// Waits, on the wall clock, until the open period has ended (the state
@@ -216,7 +211,7 @@ async fn a_grpc_pushback_sets_each_open_period_without_backoff_stacked_on_it() {
             .await
             .unwrap_err();
         assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
-        let pushback = crate::grpc_deadlines::pushback_ms(&refused);
+        let pushback = pushback_ms(&refused);
         // Under a second left: sent as the one-second floor (`From<CircuitOpen>
         // for Status`), not the 400 ms the upstream asked for.
         assert_eq!(pushback, 1000);

@@ -89,22 +89,22 @@ impl Shared {
     /// probe: [`trip`](Self::trip) opens a breaker from any state.
     pub(crate) fn record_outside(&self, verdict: Verdict) -> Recorded {
         let w = self.load();
-        let recorded = match w.tag() {
-            Tag::Closed => Recorded::Counted,
-            Tag::Manual if w.manual_mode() == Manual::ForcedClosed => Recorded::CountedWhileHeld,
+        let held = match w.tag() {
+            Tag::Closed => false,
+            Tag::Manual if w.manual_mode() == Manual::ForcedClosed => true,
             _ => return Recorded::Ignored,
         };
         // Counted apart from calls, and before the outcome, so that a rate
         // over the counts never finds it in its numerator (a failure)
         // without its denominator.
         self.extras().recorded.fetch_add(1, Ordering::Relaxed);
-        if recorded == Recorded::CountedWhileHeld {
+        if held {
             self.count_outcome(verdict.outcome());
-            return recorded;
+            return Recorded::CountedWhileHeld;
         }
         self.record_closed(w.generation(), verdict, None);
         if self.load().tag() == Tag::Closed {
-            recorded
+            Recorded::Counted
         } else {
             Recorded::Opened
         }
