@@ -3,7 +3,6 @@
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -88,36 +87,47 @@ pub(crate) fn cancel(
     start: Option<Instant>,
 ) {
     // Checked here, inline: a call whose outcome was recorded (every call
-    // that completed) drops without a call out of line.
+    // that completed) drops without a call out of line. What goes out of
+    // line goes by value, so that the call's fields stay where the caller's
+    // optimiser put them.
     if *what != Record::Nothing {
-        cancel_unrecorded(shared, generation, permit, what, start);
+        let what = std::mem::replace(what, Record::Nothing);
+        cancel_unrecorded(shared, generation, permit.take(), what, start);
     }
 }
 
 #[cold]
+#[inline(never)]
 fn cancel_unrecorded(
     shared: &Shared,
     generation: u32,
-    permit: &mut Option<Box<Permit>>,
-    what: &mut Record,
+    permit: Option<Box<Permit>>,
+    what: Record,
     start: Option<Instant>,
 ) {
-    if shared.cancellation_is_failure(start) {
-        if let Some(count_only) = what.take() {
-            let failure = Verdict::failure(FailureClass::Timeout);
-            record(shared, generation, permit, failure, start, count_only);
-        }
+    if what == Record::Nothing {
+        // Recorded already; a permit left is given back as it drops.
+        drop(permit);
+    } else if shared.cancellation_is_failure(start) {
+        let failure = Verdict::failure(FailureClass::Timeout);
+        record_slow(
+            shared,
+            generation,
+            permit,
+            failure,
+            start,
+            what == Record::CountOnly,
+        );
     } else {
-        *what = Record::Nothing;
         shared.count_cancelled();
-        if let Some(permit) = permit.take() {
+        if let Some(permit) = permit {
             permit.cancelled();
         }
     }
 }
 
 /// Records a call's verdict: in the closed generation that admitted it, or
-/// as a probe through its permit.
+/// as a probe through its permit, which it takes.
 #[inline]
 pub(crate) fn record(
     shared: &Shared,
@@ -137,14 +147,21 @@ pub(crate) fn record(
     {
         return;
     }
-    record_slow(shared, generation, permit, verdict, start, count_only);
+    record_slow(
+        shared,
+        generation,
+        permit.take(),
+        verdict,
+        start,
+        count_only,
+    );
 }
 
 /// [`record`] past its common case.
 fn record_slow(
     shared: &Shared,
     generation: u32,
-    permit: &mut Option<Box<Permit>>,
+    permit: Option<Box<Permit>>,
     verdict: Verdict,
     start: Option<Instant>,
     count_only: bool,
@@ -153,7 +170,7 @@ fn record_slow(
         shared.count_outcome(verdict.outcome());
         return;
     }
-    match permit.take().map(|permit| *permit) {
+    match permit.map(|permit| *permit) {
         None => shared.record_closed(
             generation,
             verdict,
@@ -175,6 +192,116 @@ fn record_slow(
     }
 }
 
+/// An admitted call whose outcome is not recorded yet: the breaker it was
+/// admitted by, the generation that admitted it (a probe's: the half-open
+/// one) and a probe's permit, what its outcome feeds, and when it started
+/// if its latency counts. Dropped unrecorded, it counts as cancelled (or,
+/// once it has waited the config's `cancelled_failure_after`, as a
+/// failure), and a probe's permit goes back.
+pub(crate) struct Call<C> {
+    hold: Hold<C>,
+    generation: u32,
+    record: Record,
+    // Boxed: probes are rare, and every call moves its future.
+    permit: Option<Box<Permit>>,
+    start: Option<Instant>,
+}
+
+impl<C> Call<C> {
+    #[inline(always)]
+    pub(crate) fn new(
+        hold: Hold<C>,
+        generation: u32,
+        permit: Option<Box<Permit>>,
+        record: Record,
+        start: Option<Instant>,
+    ) -> Self {
+        Call {
+            hold,
+            generation,
+            record,
+            permit,
+            start,
+        }
+    }
+
+    /// Whether a verdict is still wanted (not disabled, not yet recorded).
+    #[inline(always)]
+    fn is_recording(&self) -> bool {
+        self.record != Record::Nothing
+    }
+
+    /// Records `verdict`, once.
+    #[inline]
+    fn record(&mut self, verdict: Verdict) {
+        let Some(count_only) = self.record.take() else {
+            return;
+        };
+        record(
+            self.hold.shared(),
+            self.generation,
+            &mut self.permit,
+            verdict,
+            self.start,
+            count_only,
+        );
+    }
+
+    /// Hands the recording on: the returned obligation records later, and
+    /// counts the call as cancelled if dropped before it does.
+    fn defer(&mut self) -> Option<Obligation> {
+        let what = std::mem::replace(&mut self.record, Record::Nothing);
+        if what == Record::Nothing {
+            return None;
+        }
+        Some(Obligation::one(Pending::new(
+            Arc::clone(self.hold.shared()),
+            false,
+            self.generation,
+            self.permit.take(),
+            what,
+            self.start,
+        )))
+    }
+}
+
+impl<C> Drop for Call<C> {
+    #[inline]
+    fn drop(&mut self) {
+        // Recorded (every call that completed): nothing to do here. What
+        // goes out of line goes by value.
+        if self.record != Record::Nothing || self.permit.is_some() {
+            let what = std::mem::replace(&mut self.record, Record::Nothing);
+            cancel_unrecorded(
+                self.hold.shared(),
+                self.generation,
+                self.permit.take(),
+                what,
+                self.start,
+            );
+        }
+    }
+}
+
+/// A [`Call`] that records a failure if dropped, which happens only while
+/// a panic unwinds through the poll that made it: every other path disarms
+/// it.
+struct FailOnUnwind<'a, C>(&'a mut Call<C>);
+
+impl<C> FailOnUnwind<'_, C> {
+    #[inline(always)]
+    fn disarm(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl<C> Drop for FailOnUnwind<'_, C> {
+    #[cold]
+    fn drop(&mut self) {
+        self.0.record(Verdict::new(Outcome::Failure));
+    }
+}
+
 pin_project! {
     /// Response future of [`CircuitBreaker`](crate::CircuitBreaker).
     ///
@@ -189,18 +316,6 @@ pin_project! {
         #[pin]
         kind: Kind<F, C>,
     }
-
-    impl<F, C> PinnedDrop for ResponseFuture<F, C> {
-        fn drop(this: Pin<&mut Self>) {
-            if let KindProj::Called { hold, generation, permit, record, start, .. } =
-                this.project().kind.project()
-            {
-                // Dropped before its outcome was known; the permit, if
-                // any, goes back as the field drops.
-                cancel(hold.shared(), *generation, permit, record, *start);
-            }
-        }
-    }
 }
 
 pin_project! {
@@ -209,16 +324,7 @@ pin_project! {
         Called {
             #[pin]
             future: F,
-            hold: Hold<C>,
-            // The closed generation that admitted the call (probes: the
-            // half-open one), and a probe's permit (boxed: probes are rare,
-            // and every call moves this future). Each field is written
-            // where it lives: building an enum and moving it here costs a
-            // store-forwarding stall on the hot path.
-            generation: u32,
-            permit: Option<Box<Permit>>,
-            record: Record,
-            start: Option<Instant>,
+            call: Call<C>,
         },
         Rejected {
             error: Option<CircuitOpen>,
@@ -227,24 +333,12 @@ pin_project! {
 }
 
 impl<F, C> ResponseFuture<F, C> {
-    #[inline]
-    pub(crate) fn called(
-        future: F,
-        hold: Hold<C>,
-        generation: u32,
-        permit: Option<Box<Permit>>,
-        start: Option<Instant>,
-        record: Record,
-    ) -> Self {
+    /// The response future of `call`, admitted, whose inner future is
+    /// `future`.
+    #[inline(always)]
+    pub(crate) fn called(future: F, call: Call<C>) -> Self {
         ResponseFuture {
-            kind: Kind::Called {
-                future,
-                hold,
-                generation,
-                permit,
-                record,
-                start,
-            },
+            kind: Kind::Called { future, call },
         }
     }
 
@@ -264,9 +358,10 @@ where
 {
     type Output = Result<<C::Eos as Finish<T>>::Response, E>;
 
-    // The output stays where the inner future left it and is classified by
-    // reference; a classifier that never defers (`Eos = Infallible`) hands
-    // it on as it is (`Finish` is the identity then, and compiles away).
+    // The output is taken apart at once and each half classified by
+    // reference where it lies; a classifier that never defers
+    // (`Eos = Infallible`) hands it on as it is (`Finish` is the identity
+    // then, and compiles away).
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
@@ -274,50 +369,46 @@ where
                 Some(error) => Poll::Ready(Err(E::from(error))),
                 None => panic!("ResponseFuture polled after completion"),
             },
-            KindProj::Called {
-                future,
-                hold,
-                generation,
-                permit,
-                record: what,
-                start,
-            } => {
-                let polled = catch_unwind(AssertUnwindSafe(|| future.poll(cx)));
-                let mut recorder = Recorder {
-                    shared: hold.shared(),
-                    generation: *generation,
-                    permit,
-                    what,
-                    start: *start,
+            KindProj::Called { future, call } => {
+                // A panic in the inner future or the classifier is a failure,
+                // recorded as the unwind passes this guard.
+                let guard = FailOnUnwind(call);
+                let output = match future.poll(cx) {
+                    Poll::Pending => {
+                        guard.disarm();
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(output) => output,
                 };
-                let output = match polled {
-                    Ok(Poll::Pending) => return Poll::Pending,
-                    Ok(Poll::Ready(output)) => output,
-                    Err(panic) => {
-                        recorder.record(Verdict::new(Outcome::Failure));
-                        resume_unwind(panic)
+                let call = &mut *guard.0;
+                let output = match output {
+                    Ok(response) => {
+                        let mut later = None;
+                        if call.is_recording() {
+                            match call.hold.classifier().classify(Ok(&response)) {
+                                Classified::Ready(verdict) => call.record(verdict),
+                                Classified::AtEndOfStream(eos) => {
+                                    later = call.defer().map(|obligation| (eos, obligation));
+                                }
+                            }
+                        }
+                        Ok(Finish::finish(response, later))
+                    }
+                    Err(error) => {
+                        if call.is_recording() {
+                            let verdict = match call.hold.classifier().classify(Err(&error)) {
+                                Classified::Ready(verdict) => verdict,
+                                // An error has no body to wait for: a
+                                // deferral there is a failure.
+                                Classified::AtEndOfStream(_) => Verdict::new(Outcome::Failure),
+                            };
+                            call.record(verdict);
+                        }
+                        Err(error)
                     }
                 };
-                let mut later = None;
-                if recorder.is_recording() {
-                    let classifier = hold.classifier();
-                    match catch_unwind(AssertUnwindSafe(|| classifier.classify(output.as_ref()))) {
-                        Ok(Classified::Ready(verdict)) => recorder.record(verdict),
-                        // An error has no body to wait for: a deferral
-                        // there is a failure.
-                        Ok(Classified::AtEndOfStream(_)) if output.is_err() => {
-                            recorder.record(Verdict::new(Outcome::Failure));
-                        }
-                        Ok(Classified::AtEndOfStream(eos)) => {
-                            later = recorder.defer().map(|obligation| (eos, obligation));
-                        }
-                        Err(panic) => {
-                            recorder.record(Verdict::new(Outcome::Failure));
-                            resume_unwind(panic)
-                        }
-                    }
-                }
-                Poll::Ready(output.map(|response| Finish::finish(response, later)))
+                guard.disarm();
+                Poll::Ready(output)
             }
         }
     }
@@ -351,57 +442,6 @@ impl<T> Finish<T> for Infallible {
     #[allow(private_interfaces)]
     fn finish(response: T, _: Option<(Self, Obligation)>) -> T {
         response
-    }
-}
-
-/// Where a completed call's verdict goes: recorded at once, or handed on to
-/// a response body as an [`Obligation`].
-pub(crate) struct Recorder<'a> {
-    shared: &'a Arc<Shared>,
-    generation: u32,
-    permit: &'a mut Option<Box<Permit>>,
-    what: &'a mut Record,
-    start: Option<Instant>,
-}
-
-impl Recorder<'_> {
-    /// Whether a verdict is still wanted (not disabled, not yet recorded).
-    #[inline]
-    pub(crate) fn is_recording(&self) -> bool {
-        *self.what != Record::Nothing
-    }
-
-    /// Records `verdict`, once.
-    #[inline]
-    pub(crate) fn record(&mut self, verdict: Verdict) {
-        let Some(count_only) = self.what.take() else {
-            return;
-        };
-        record(
-            self.shared,
-            self.generation,
-            self.permit,
-            verdict,
-            self.start,
-            count_only,
-        );
-    }
-
-    /// Hands the recording on: the returned obligation records later, and
-    /// counts the call as cancelled if dropped before it does.
-    pub(crate) fn defer(&mut self) -> Option<Obligation> {
-        if *self.what == Record::Nothing {
-            return None;
-        }
-        let what = std::mem::replace(self.what, Record::Nothing);
-        Some(Obligation::one(Pending::new(
-            Arc::clone(self.shared),
-            false,
-            self.generation,
-            self.permit.take(),
-            what,
-            self.start,
-        )))
     }
 }
 

@@ -66,7 +66,7 @@ use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures, Outcome, Verdict};
 use crate::error::{CircuitOpen, Name};
-use crate::future::{record, Hold, Record, ResponseFuture};
+use crate::future::{record, Call, Hold, Record, ResponseFuture};
 use crate::service::{Counts, Settled};
 
 /// Leave to make one call through a breaker, from
@@ -223,15 +223,14 @@ impl Breaker {
         // the outcome, a panic as a failure, a drop as a cancellation.
         // `call` runs inside its first poll, so that a panic while it builds
         // its future is a failure too, not an admitted call that never ends.
-        ResponseFuture::called(
-            async move { call().await },
+        let admitted = Call::new(
             hold,
             admitted.generation,
             admitted.permit,
-            admitted.start,
             admitted.record,
-        )
-        .await
+            admitted.start,
+        );
+        ResponseFuture::called(async move { call().await }, admitted).await
     }
 }
 

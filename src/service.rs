@@ -18,7 +18,7 @@ use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures};
 use crate::eligible::{AnyRequest, ProbeEligibility};
 use crate::error::{CircuitOpen, HoldsCircuitOpen, Name};
-use crate::future::{Finish, Hold, Record, ResponseFuture};
+use crate::future::{Call, Finish, Hold, Record, ResponseFuture};
 use crate::local::Owner;
 use crate::State;
 
@@ -504,20 +504,43 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
         P: ProbeEligibility<Req>,
     {
         let word = self.handle.shared.load();
+        let settled = if word.tag() == Tag::Closed && matches!(self.ready, Reservation::Unchecked) {
+            Ok(Admitted {
+                generation: word.generation(),
+                permit: None,
+                record: Record::Policy,
+            })
+        } else {
+            self.settle_call(&req, word)
+        };
+        match settled {
+            Ok(admitted) => self.call_admitted(req, admitted),
+            Err(open) => ResponseFuture::rejected(open),
+        }
+    }
+
+    /// `call` past a closed breaker with nothing reserved: a reservation to
+    /// consume, a refusal, or a decision.
+    #[inline]
+    fn settle_call<Req>(&mut self, req: &Req, word: Word) -> Result<Admitted, CircuitOpen>
+    where
+        P: ProbeEligibility<Req>,
+    {
         if word.tag() == Tag::Closed {
             // Readiness counts once: the next call needs a new `poll_ready`.
-            match self.ready {
-                Reservation::Unchecked => {}
-                // `poll_ready` refused without polling the inner service, so
-                // it must not be called, even though the breaker has closed
-                // since: refuse this once; the next `poll_ready` sees closed.
-                Reservation::Reject { state, .. } => {
-                    self.ready = Reservation::Unchecked;
-                    return ResponseFuture::rejected(self.handle.refused(Instant::now(), state));
-                }
-                Reservation::Probe(_) => self.ready = Reservation::Unchecked,
+            // `poll_ready` refused without polling the inner service, so it
+            // must not be called, even though the breaker has closed since:
+            // refuse this once; the next `poll_ready` sees closed.
+            if let Reservation::Reject { state, .. } = self.ready {
+                self.ready = Reservation::Unchecked;
+                return Err(self.handle.refused(Instant::now(), state));
             }
-            return self.call_admitted(req, word.generation(), None, Record::Policy);
+            self.ready = Reservation::Unchecked;
+            return Ok(Admitted {
+                generation: word.generation(),
+                permit: None,
+                record: Record::Policy,
+            });
         }
         // The refusal `poll_ready` promised, on a word that has not moved:
         // the common case while open, decided here without a call.
@@ -529,10 +552,10 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
         {
             if seen == word.0 {
                 self.ready = Reservation::Unchecked;
-                return ResponseFuture::rejected(self.handle.refused(retry_at, state));
+                return Err(self.handle.refused(retry_at, state));
             }
         }
-        self.call_not_closed(req, word)
+        self.settle_not_closed(req, word)
     }
 }
 
@@ -628,10 +651,13 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
         false
     }
 
+    /// `call` past the closed state: the call's admission, or its refusal.
+    /// Out of line and returning a value, not the response future, so that
+    /// the future is built in one place, inline, where the caller's
+    /// optimiser can keep it in registers.
     #[cold]
-    fn call_not_closed<Req>(&mut self, req: Req, word: Word) -> ResponseFuture<S::Future, C>
+    fn settle_not_closed<Req>(&mut self, req: &Req, word: Word) -> Result<Admitted, CircuitOpen>
     where
-        S: Service<Req>,
         P: ProbeEligibility<Req>,
     {
         // Read a refusal field by field: moving the whole readiness out right
@@ -650,21 +676,23 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
             } else {
                 Instant::now()
             };
-            return ResponseFuture::rejected(self.handle.refused(retry_at, state));
+            return Err(self.handle.refused(retry_at, state));
         }
         // `begin` confirms a reserved permit still holds and starts its
         // deadline: the probe's time runs from the call, not the reservation.
         match mem::replace(&mut self.ready, Reservation::Unchecked) {
-            Reservation::Probe(permit) if permit.begin() => {
-                self.call_admitted(req, permit.generation(), Some(permit), Record::Policy)
-            }
+            Reservation::Probe(permit) if permit.begin() => Ok(Admitted {
+                generation: permit.generation(),
+                permit: Some(Box::new(permit)),
+                record: Record::Policy,
+            }),
             // The breaker left closed since `poll_ready` (or there was
             // none), or the reservation lapsed, or a predicate left the
             // permit to `call`: decide again, so a breaker that opened in
             // between refuses without calling, and a request that may not
             // probe takes no permit.
             _ => match Settled::of(
-                if P::ANY_REQUEST || self.eligible.may_probe(&req) {
+                if P::ANY_REQUEST || self.eligible.may_probe(req) {
                     self.handle.shared.admit()
                 } else {
                     self.handle.shared.admit_without_probe()
@@ -676,40 +704,44 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
                     generation,
                     permit,
                     record,
-                } => self.call_admitted(req, generation, permit, record),
-                Settled::Refused { retry_at, state } => {
-                    ResponseFuture::rejected(self.handle.refused(retry_at, state))
-                }
+                } => Ok(Admitted {
+                    generation,
+                    permit: permit.map(Box::new),
+                    record,
+                }),
+                Settled::Refused { retry_at, state } => Err(self.handle.refused(retry_at, state)),
             },
         }
     }
 
-    /// Inlined whole: a closed call's constant `None` and `Record::Policy`
-    /// then build its response future in place.
+    /// Calls the inner service for an admitted call and builds its response
+    /// future, in place.
     #[inline(always)]
-    fn call_admitted<Req>(
-        &mut self,
-        req: Req,
-        generation: u32,
-        permit: Option<Permit>,
-        record: Record,
-    ) -> ResponseFuture<S::Future, C>
+    fn call_admitted<Req>(&mut self, req: Req, admitted: Admitted) -> ResponseFuture<S::Future, C>
     where
         S: Service<Req>,
     {
         let hold = self.handle.admitted();
         let start = self.handle.shared.needs_latency().then(Instant::now);
-        // If `call` panics, `permit` is dropped while unwinding and goes back.
+        // If `call` panics, the permit is dropped while unwinding and goes back.
         let future = self.inner.call(req);
-        ResponseFuture::called(
-            future,
+        let call = Call::new(
             hold,
-            generation,
-            permit.map(Box::new),
+            admitted.generation,
+            admitted.permit,
+            admitted.record,
             start,
-            record,
-        )
+        );
+        ResponseFuture::called(future, call)
     }
+}
+
+/// An admitted call, before the inner service is called: the generation its
+/// outcome counts in, a probe's permit, and what the outcome feeds.
+struct Admitted {
+    generation: u32,
+    permit: Option<Box<Permit>>,
+    record: Record,
 }
 
 impl<S: Clone, C: Clone, P: Clone> Clone for CircuitBreaker<S, C, P> {
