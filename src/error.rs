@@ -52,43 +52,110 @@ impl Clone for CircuitOpen {
 }
 
 /// The longest name a rejection carries by value.
-const INLINE_NAME: usize = 22;
+const INLINE_NAME: usize = 23;
 
-/// A breaker's name as a rejection carries it, in 24 bytes: a name of up to
-/// 22 bytes by value, so that refusing a call touches no reference count
-/// (which another thread may be touching too); a longer one by reference to
-/// the refusing service clone's own copy (the breaker's, for a clone
-/// serving one request). Small, so that a `Result` holding a rejection is
-/// cheap to move.
-#[derive(Clone)]
-pub(crate) enum Name {
-    Inline { len: u8, bytes: [u8; INLINE_NAME] },
-    Shared(Arc<str>),
+/// The last byte of a [`Name`]'s words when they refer to a shared copy.
+const SHARED: u8 = u8::MAX;
+
+/// A breaker's name as a rejection carries it, in three aligned words: a
+/// name of up to 23 bytes by value (its bytes, then its length in the last
+/// byte), so that refusing a call touches no reference count (which another
+/// thread may be touching too); a longer one by reference to the refusing
+/// service clone's own copy (the breaker's, for a clone serving one
+/// request), the last byte then [`SHARED`]. Whole words, so that each move
+/// of a refusal copies three words with the widths it was written with: a
+/// copy that reads back narrower stores as one wider load waits for them to
+/// reach the cache.
+pub(crate) struct Name {
+    words: [u64; 3],
+}
+
+/// The bytes of a name's words.
+#[inline(always)]
+fn bytes(words: &[u64; 3]) -> &[u8; 24] {
+    // SAFETY: `[u64; 3]` and `[u8; 24]` have the same size, `u8` needs no
+    // alignment, and every bit pattern is a valid byte.
+    unsafe { &*words.as_ptr().cast::<[u8; 24]>() }
+}
+
+/// The bytes of a name's words, to write.
+#[inline(always)]
+fn bytes_mut(words: &mut [u64; 3]) -> &mut [u8; 24] {
+    // SAFETY: as in `bytes`; any bytes written are valid `u64` bits.
+    unsafe { &mut *words.as_mut_ptr().cast::<[u8; 24]>() }
 }
 
 impl Name {
     /// `name`, copied when short, referred to when long.
     #[inline]
     pub(crate) fn new(name: &Arc<str>) -> Self {
-        match u8::try_from(name.len()) {
-            Ok(len) if name.len() <= INLINE_NAME => {
-                let mut bytes = [0; INLINE_NAME];
-                bytes[..name.len()].copy_from_slice(name.as_bytes());
-                Name::Inline { len, bytes }
-            }
-            _ => Name::Shared(Arc::clone(name)),
+        let mut words = [0; 3];
+        let len = name.len();
+        if len <= INLINE_NAME {
+            let bytes = bytes_mut(&mut words);
+            bytes[..len].copy_from_slice(name.as_bytes());
+            bytes[INLINE_NAME] = len as u8;
+        } else {
+            let shared = Arc::into_raw(Arc::clone(name));
+            words[0] = shared.cast::<u8>().expose_provenance() as u64;
+            words[1] = len as u64;
+            bytes_mut(&mut words)[INLINE_NAME] = SHARED;
         }
+        Name { words }
+    }
+
+    /// The shared copy this name refers to, if it is long.
+    #[inline(always)]
+    fn shared(&self) -> Option<*const str> {
+        (bytes(&self.words)[INLINE_NAME] == SHARED).then(|| {
+            let data = std::ptr::with_exposed_provenance::<u8>(self.words[0] as usize);
+            std::ptr::slice_from_raw_parts(data, self.words[1] as usize) as *const str
+        })
     }
 
     fn as_str(&self) -> &str {
-        match self {
-            // The bytes are a whole `str` copied in `new`: always valid.
-            Name::Inline { len, bytes } => {
-                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or("")
+        match self.shared() {
+            // SAFETY: the name holds a reference to the `Arc` it came from
+            // (released in `drop`), so the `str` lives as long as `self`.
+            Some(shared) => unsafe { &*shared },
+            None => {
+                let bytes = bytes(&self.words);
+                let len = usize::from(bytes[INLINE_NAME]);
+                // The bytes are a whole `str` copied in `new`: always valid.
+                std::str::from_utf8(&bytes[..len]).unwrap_or("")
             }
-            Name::Shared(name) => name,
         }
     }
+}
+
+impl Clone for Name {
+    #[inline]
+    fn clone(&self) -> Self {
+        if let Some(shared) = self.shared() {
+            // SAFETY: `shared` came from `Arc::into_raw`, and this name's
+            // reference keeps it alive; the clone owns the one added here.
+            unsafe { Arc::increment_strong_count(shared) };
+        }
+        Name { words: self.words }
+    }
+}
+
+impl Drop for Name {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared() {
+            release(shared);
+        }
+    }
+}
+
+/// Releases a long name's reference to its shared copy.
+#[cold]
+#[inline(never)]
+fn release(shared: *const str) {
+    // SAFETY: `shared` came from `Arc::into_raw` in `new` (or had its count
+    // raised in `clone`), and the name dropping owned that reference.
+    drop(unsafe { Arc::from_raw(shared) });
 }
 
 impl fmt::Debug for Name {
@@ -376,4 +443,31 @@ pub(crate) fn retry_after_seconds(delay: Duration) -> u64 {
         .as_nanos()
         .div_ceil(1_000_000_000)
         .clamp(1, u128::from(u64::MAX)) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_and_long_names_read_back_and_long_ones_share_one_copy() {
+        for text in [
+            "",
+            "openai",
+            "a name of 23 bytes long",
+            "a name of twenty-four bytes",
+        ] {
+            let source: Arc<str> = Arc::from(text);
+            let name = Name::new(&source);
+            let copy = name.clone();
+            assert_eq!(name.as_str(), text);
+            assert_eq!(copy.as_str(), text);
+            // A long name holds the source, once per copy; a short one not.
+            let held = if text.len() > INLINE_NAME { 3 } else { 1 };
+            assert_eq!(Arc::strong_count(&source), held, "{text:?}");
+            drop(name);
+            drop(copy);
+            assert_eq!(Arc::strong_count(&source), 1, "{text:?}");
+        }
+    }
 }

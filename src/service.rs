@@ -331,7 +331,9 @@ impl<C> Handle<C> {
         }
     }
 
-    /// Counts a refusal, and makes it.
+    /// Counts a refusal, and makes it: inline, so that the refusal is
+    /// built where the response future holds it.
+    #[inline]
     fn refused(&mut self, retry_at: Instant, state: State) -> CircuitOpen
     where
         C: Clone,
@@ -515,14 +517,16 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
         };
         match settled {
             Ok(admitted) => self.call_admitted(req, admitted),
-            Err(open) => ResponseFuture::rejected(open),
+            Err(Refused { retry_at, state }) => {
+                ResponseFuture::rejected(self.handle.refused(retry_at, state))
+            }
         }
     }
 
     /// `call` past a closed breaker with nothing reserved: a reservation to
     /// consume, a refusal, or a decision.
     #[inline]
-    fn settle_call<Req>(&mut self, req: &Req, word: Word) -> Result<Admitted, CircuitOpen>
+    fn settle_call<Req>(&mut self, req: &Req, word: Word) -> Result<Admitted, Refused>
     where
         P: ProbeEligibility<Req>,
     {
@@ -533,7 +537,10 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
             // refuse this once; the next `poll_ready` sees closed.
             if let Reservation::Reject { state, .. } = self.ready {
                 self.ready = Reservation::Unchecked;
-                return Err(self.handle.refused(Instant::now(), state));
+                return Err(Refused {
+                    retry_at: Instant::now(),
+                    state,
+                });
             }
             self.ready = Reservation::Unchecked;
             return Ok(Admitted {
@@ -552,7 +559,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
         {
             if seen == word.0 {
                 self.ready = Reservation::Unchecked;
-                return Err(self.handle.refused(retry_at, state));
+                return Err(Refused { retry_at, state });
             }
         }
         self.settle_not_closed(req, word)
@@ -656,7 +663,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
     /// the future is built in one place, inline, where the caller's
     /// optimiser can keep it in registers.
     #[cold]
-    fn settle_not_closed<Req>(&mut self, req: &Req, word: Word) -> Result<Admitted, CircuitOpen>
+    fn settle_not_closed<Req>(&mut self, req: &Req, word: Word) -> Result<Admitted, Refused>
     where
         P: ProbeEligibility<Req>,
     {
@@ -676,7 +683,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
             } else {
                 Instant::now()
             };
-            return Err(self.handle.refused(retry_at, state));
+            return Err(Refused { retry_at, state });
         }
         // `begin` confirms a reserved permit still holds and starts its
         // deadline: the probe's time runs from the call, not the reservation.
@@ -709,7 +716,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
                     permit: permit.map(Box::new),
                     record,
                 }),
-                Settled::Refused { retry_at, state } => Err(self.handle.refused(retry_at, state)),
+                Settled::Refused { retry_at, state } => Err(Refused { retry_at, state }),
             },
         }
     }
@@ -734,6 +741,12 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
         );
         ResponseFuture::called(future, call)
     }
+}
+
+/// A refusal, before it is counted and made.
+struct Refused {
+    retry_at: Instant,
+    state: State,
 }
 
 /// An admitted call, before the inner service is called: the generation its
