@@ -33,11 +33,8 @@ use crate::events::State;
 pub struct CircuitOpen {
     name: Name,
     /// When the breaker may admit a call again: [`retry_after`](Self::retry_after)
-    /// is what is left of it when asked. An instant, so that refusing a
-    /// call compares the clock with the end of the open period and does no
-    /// arithmetic on time.
-    retry_at: Instant,
-    state: State,
+    /// is what is left of it when asked.
+    retry_at: RetryAt,
     /// The refusal as a gRPC status, made the first time its source is
     /// asked for (see `source`).
     #[cfg(feature = "tonic")]
@@ -47,8 +44,109 @@ pub struct CircuitOpen {
 #[cfg(feature = "tonic")]
 impl Clone for CircuitOpen {
     fn clone(&self) -> Self {
-        CircuitOpen::new(self.name.clone(), self.retry_at, self.state)
+        CircuitOpen {
+            name: self.name.clone(),
+            retry_at: self.retry_at,
+            status: std::sync::OnceLock::new(),
+        }
     }
+}
+
+/// A refusal's instant and state, in two words with no padding: the
+/// instant as seconds and nanoseconds from [`base`], the state beside the
+/// nanoseconds. With the name's three words, a refusal is five whole words,
+/// so that every move of one (and of a response future that may hold one)
+/// copies words at the widths they were written with, aligned; an
+/// `Instant` would leave four bytes of padding that a move copies too,
+/// unaligned, with its neighbours. The state's unused values are the niche
+/// a typed error's enum and a `Result` use as their tags.
+#[derive(Clone, Copy, Debug)]
+struct RetryAt {
+    secs: u64,
+    nanos: u32,
+    state: StateWord,
+}
+
+/// A [`State`] as a word's half.
+#[derive(Clone, Copy, Debug)]
+#[repr(u32)]
+enum StateWord {
+    Closed,
+    Open,
+    HalfOpen,
+    ForcedOpen,
+    ForcedClosed,
+    Disabled,
+}
+
+/// An instant as a refusal carries it: seconds and nanoseconds from
+/// [`base`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Since {
+    secs: u64,
+    nanos: u32,
+}
+
+impl Since {
+    /// `at`, from [`base`].
+    pub(crate) fn of(at: Instant) -> Self {
+        let since = at.saturating_duration_since(base());
+        Since {
+            secs: since.as_secs(),
+            nanos: since.subsec_nanos(),
+        }
+    }
+}
+
+impl RetryAt {
+    #[inline(always)]
+    fn new(since: Since, state: State) -> Self {
+        RetryAt {
+            secs: since.secs,
+            nanos: since.nanos,
+            state: match state {
+                State::Closed => StateWord::Closed,
+                State::Open => StateWord::Open,
+                State::HalfOpen => StateWord::HalfOpen,
+                State::ForcedOpen => StateWord::ForcedOpen,
+                State::ForcedClosed => StateWord::ForcedClosed,
+                State::Disabled => StateWord::Disabled,
+            },
+        }
+    }
+
+    fn instant(self) -> Instant {
+        base() + Duration::new(self.secs, self.nanos)
+    }
+
+    fn state(self) -> State {
+        match self.state {
+            StateWord::Closed => State::Closed,
+            StateWord::Open => State::Open,
+            StateWord::HalfOpen => State::HalfOpen,
+            StateWord::ForcedOpen => State::ForcedOpen,
+            StateWord::ForcedClosed => State::ForcedClosed,
+            StateWord::Disabled => State::Disabled,
+        }
+    }
+}
+
+/// The instant a refusal's [`RetryAt`] counts from: the first refusal's
+/// clock reading less 2^32 seconds (less as much as the clock can go back,
+/// where it cannot go back that far), so that every instant a refusal
+/// carries, under tokio's paused clock too, is after it. An instant before
+/// it would read back as the base itself, at worst too soon: never later
+/// than the instant it was made from.
+#[inline(always)]
+fn base() -> Instant {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *BASE.get_or_init(|| {
+        let now = Instant::from_std(std::time::Instant::now());
+        [1u64 << 32, 1 << 24, 1 << 16, 1 << 8]
+            .into_iter()
+            .find_map(|secs| now.checked_sub(Duration::from_secs(secs)))
+            .unwrap_or(now)
+    })
 }
 
 /// The longest name a rejection carries by value.
@@ -104,10 +202,18 @@ impl Name {
         Name { words }
     }
 
+    /// The last byte: a short name's length, or [`SHARED`]. Read from the
+    /// last word as a whole, whatever the byte order, so that a copy of the
+    /// name stays three whole-word loads and stores.
+    #[inline(always)]
+    fn last_byte(&self) -> u8 {
+        (self.words[2].to_le() >> 56) as u8
+    }
+
     /// The shared copy this name refers to, if it is long.
     #[inline(always)]
     fn shared(&self) -> Option<*const str> {
-        (bytes(&self.words)[INLINE_NAME] == SHARED).then(|| {
+        (self.last_byte() == SHARED).then(|| {
             let data = std::ptr::with_exposed_provenance::<u8>(self.words[0] as usize);
             std::ptr::slice_from_raw_parts(data, self.words[1] as usize) as *const str
         })
@@ -120,7 +226,7 @@ impl Name {
             Some(shared) => unsafe { &*shared },
             None => {
                 let bytes = bytes(&self.words);
-                let len = usize::from(bytes[INLINE_NAME]);
+                let len = usize::from(self.last_byte());
                 // The bytes are a whole `str` copied in `new`: always valid.
                 std::str::from_utf8(&bytes[..len]).unwrap_or("")
             }
@@ -168,8 +274,18 @@ impl CircuitOpen {
     pub(crate) fn new(name: Name, retry_at: Instant, state: State) -> Self {
         CircuitOpen {
             name,
-            retry_at,
-            state,
+            retry_at: RetryAt::new(Since::of(retry_at), state),
+            #[cfg(feature = "tonic")]
+            status: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// A refusal whose instant is already counted from [`base`].
+    #[inline(always)]
+    pub(crate) fn refusal(name: Name, retry_at: Since, state: State) -> Self {
+        CircuitOpen {
+            name,
+            retry_at: RetryAt::new(retry_at, state),
             #[cfg(feature = "tonic")]
             status: std::sync::OnceLock::new(),
         }
@@ -185,7 +301,9 @@ impl CircuitOpen {
     /// ([`State::ForcedOpen`]) says `max_open`, as nobody knows its end.
     /// With active probing, while half-open, the probe interval.
     pub fn retry_after(&self) -> Duration {
-        self.retry_at.saturating_duration_since(Instant::now())
+        self.retry_at
+            .instant()
+            .saturating_duration_since(Instant::now())
     }
 
     /// The name of the breaker that refused the call.
@@ -196,7 +314,7 @@ impl CircuitOpen {
     /// The state the breaker was in when it refused: [`State::Open`] or
     /// [`State::HalfOpen`].
     pub fn state(&self) -> State {
-        self.state
+        self.retry_at.state()
     }
 
     /// An empty `503 Service Unavailable` with a `Retry-After` header, for
@@ -304,7 +422,7 @@ impl fmt::Display for CircuitOpen {
             f,
             "circuit breaker `{}` is {}; retry after {} ms",
             self.name.as_str(),
-            match self.state {
+            match self.state() {
                 State::HalfOpen => "half-open with every probe in flight",
                 _ => "open",
             },

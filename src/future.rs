@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -31,7 +32,7 @@ pub(crate) enum Hold<C> {
 }
 
 impl<C> Hold<C> {
-    #[inline]
+    #[inline(always)]
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         match self {
             Hold::Leased(lease) => &lease.shared,
@@ -39,7 +40,7 @@ impl<C> Hold<C> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn classifier(&self) -> &C {
         match self {
             Hold::Leased(lease) => &lease.classifier,
@@ -52,11 +53,11 @@ impl<C> Hold<C> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Record {
     /// The trip policy (closed) or the probe's permit (half-open).
-    Policy,
+    Policy = 0,
     /// Only the breaker's counts (held closed by an operator).
-    CountOnly,
+    CountOnly = 1,
     /// Nothing: disabled, passed by shadow mode, or already recorded.
-    Nothing,
+    Nothing = 2,
 }
 
 impl Record {
@@ -128,7 +129,7 @@ fn cancel_unrecorded(
 
 /// Records a call's verdict: in the closed generation that admitted it, or
 /// as a probe through its permit, which it takes.
-#[inline]
+#[inline(always)]
 pub(crate) fn record(
     shared: &Shared,
     generation: u32,
@@ -198,13 +199,52 @@ fn record_slow(
 /// if its latency counts. Dropped unrecorded, it counts as cancelled (or,
 /// once it has waited the config's `cancelled_failure_after`, as a
 /// failure), and a probe's permit goes back.
+#[repr(C)]
 pub(crate) struct Call<C> {
-    hold: Hold<C>,
-    generation: u32,
-    record: Record,
-    // Boxed: probes are rare, and every call moves its future.
-    permit: Option<Box<Permit>>,
+    // Dropped by hand in `drop`, as the permit is taken there: a call
+    // that completed drops in one inline step, with no drop glue per field
+    // for the optimiser to leave out of line.
+    hold: ManuallyDrop<Hold<C>>,
     start: Option<Instant>,
+    // Boxed: probes are rare, and every call moves its future.
+    permit: ManuallyDrop<Option<Box<Permit>>>,
+    meta: Meta,
+}
+
+/// A [`Call`]'s generation (the low half) and what its outcome feeds (the
+/// high half) in one word: with the rest of the call made of words and an
+/// instant, as a [`CircuitOpen`] is, moving a response future that may
+/// hold either copies it word by word, never byte by byte.
+#[derive(Clone, Copy)]
+struct Meta(u64);
+
+impl Meta {
+    #[inline(always)]
+    fn new(generation: u32, record: Record) -> Self {
+        Meta(u64::from(generation) | (record as u64) << 32)
+    }
+
+    #[inline(always)]
+    fn generation(self) -> u32 {
+        self.0 as u32
+    }
+
+    #[inline(always)]
+    fn record(self) -> Record {
+        match self.0 >> 32 {
+            0 => Record::Policy,
+            1 => Record::CountOnly,
+            _ => Record::Nothing,
+        }
+    }
+
+    /// What the outcome feeds, leaving `Nothing` in its place.
+    #[inline(always)]
+    fn take_record(&mut self) -> Record {
+        let what = self.record();
+        *self = Meta::new(self.generation(), Record::Nothing);
+        what
+    }
 }
 
 impl<C> Call<C> {
@@ -217,29 +257,28 @@ impl<C> Call<C> {
         start: Option<Instant>,
     ) -> Self {
         Call {
-            hold,
-            generation,
-            record,
-            permit,
+            hold: ManuallyDrop::new(hold),
             start,
+            permit: ManuallyDrop::new(permit),
+            meta: Meta::new(generation, record),
         }
     }
 
     /// Whether a verdict is still wanted (not disabled, not yet recorded).
     #[inline(always)]
     fn is_recording(&self) -> bool {
-        self.record != Record::Nothing
+        self.meta.record() != Record::Nothing
     }
 
     /// Records `verdict`, once.
-    #[inline]
+    #[inline(always)]
     fn record(&mut self, verdict: Verdict) {
-        let Some(count_only) = self.record.take() else {
+        let Some(count_only) = self.meta.take_record().take() else {
             return;
         };
         record(
             self.hold.shared(),
-            self.generation,
+            self.meta.generation(),
             &mut self.permit,
             verdict,
             self.start,
@@ -250,14 +289,14 @@ impl<C> Call<C> {
     /// Hands the recording on: the returned obligation records later, and
     /// counts the call as cancelled if dropped before it does.
     fn defer(&mut self) -> Option<Obligation> {
-        let what = std::mem::replace(&mut self.record, Record::Nothing);
+        let what = self.meta.take_record();
         if what == Record::Nothing {
             return None;
         }
         Some(Obligation::one(Pending::new(
             Arc::clone(self.hold.shared()),
             false,
-            self.generation,
+            self.meta.generation(),
             self.permit.take(),
             what,
             self.start,
@@ -266,20 +305,26 @@ impl<C> Call<C> {
 }
 
 impl<C> Drop for Call<C> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         // Recorded (every call that completed): nothing to do here. What
         // goes out of line goes by value.
-        if self.record != Record::Nothing || self.permit.is_some() {
-            let what = std::mem::replace(&mut self.record, Record::Nothing);
+        if self.meta.record() != Record::Nothing || self.permit.is_some() {
+            let what = self.meta.take_record();
             cancel_unrecorded(
                 self.hold.shared(),
-                self.generation,
+                self.meta.generation(),
                 self.permit.take(),
                 what,
                 self.start,
             );
         }
+        // The permit, if there was one, went with the cancellation above:
+        // nothing is left in it to drop.
+        debug_assert!(self.permit.is_none());
+        // SAFETY: `hold` is dropped here, once, as its `Call` goes, and
+        // nothing reads it after.
+        unsafe { ManuallyDrop::drop(&mut self.hold) }
     }
 }
 
@@ -362,7 +407,7 @@ where
     // reference where it lies; a classifier that never defers
     // (`Eos = Infallible`) hands it on as it is (`Finish` is the identity
     // then, and compiles away).
-    #[inline]
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Rejected { error } => match error.take() {

@@ -96,7 +96,7 @@ impl<C> Owner<C> {
 
     /// A reference for a response future. No atomic operation: only this
     /// owner issues leases, through `&mut self`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn lease(&mut self) -> Lease<C> {
         self.issued += 1;
         Lease {
@@ -109,7 +109,7 @@ impl<C> Owner<C> {
 impl<C> Deref for Owner<C> {
     type Target = Local<C>;
 
-    #[inline]
+    #[inline(always)]
     fn deref(&self) -> &Local<C> {
         // SAFETY: the `Local` is freed only after this owner has dropped
         // (see the module docs), so it is alive for as long as `self` is.
@@ -120,7 +120,7 @@ impl<C> Deref for Owner<C> {
 impl<C> Deref for Lease<C> {
     type Target = Local<C>;
 
-    #[inline]
+    #[inline(always)]
     fn deref(&self) -> &Local<C> {
         // SAFETY: this lease has not been released yet (that happens in its
         // `drop`), so `refs` cannot have reached zero: the `Local` is alive.
@@ -144,7 +144,7 @@ impl<C> Drop for Owner<C> {
 }
 
 impl<C> Drop for Lease<C> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         // While the owner lives, `refs` is zero or minus the leases returned,
         // never one (that would need 2^64 - 1 returns), so only a release

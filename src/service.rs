@@ -17,7 +17,7 @@ use crate::breaker::state::{Tag, Word};
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures};
 use crate::eligible::{AnyRequest, ProbeEligibility};
-use crate::error::{CircuitOpen, HoldsCircuitOpen, Name};
+use crate::error::{CircuitOpen, HoldsCircuitOpen, Name, Since};
 use crate::future::{Call, Finish, Hold, Record, ResponseFuture};
 use crate::local::Owner;
 use crate::State;
@@ -247,9 +247,9 @@ struct Handle<C> {
     /// response futures take, on memory no other clone writes.
     own: Option<Owner<C>>,
     /// The open state word this clone last refused on, and the end of its
-    /// period as an instant, worked out once per period: a refusal then
-    /// reads the clock and compares.
-    open: Option<(u64, Instant)>,
+    /// period as an instant and as a refusal carries it, worked out once
+    /// per period: a refusal then reads the clock and compares.
+    open: Option<(u64, Instant, Since)>,
     /// Whether the clone has made a call without `own`.
     called: bool,
 }
@@ -285,7 +285,7 @@ impl<C> Handle<C> {
 
     /// Notes a call: the clone's second or later, with no handle of its
     /// own yet, makes one.
-    #[inline]
+    #[inline(always)]
     fn note_call(&mut self)
     where
         C: Clone,
@@ -296,7 +296,7 @@ impl<C> Handle<C> {
     }
 
     /// Counts a call admitted, and holds the breaker for its response future.
-    #[inline]
+    #[inline(always)]
     fn admitted(&mut self) -> Hold<C>
     where
         C: Clone,
@@ -322,10 +322,10 @@ impl<C> Handle<C> {
     #[inline]
     fn open_period_end(&mut self, word: Word) -> Option<Instant> {
         match self.open {
-            Some((seen, end)) if seen == word.0 && !self.shared.is_shadow() => Some(end),
+            Some((seen, end, _)) if seen == word.0 && !self.shared.is_shadow() => Some(end),
             _ => {
                 let end = self.shared.open_period_end(word)?;
-                self.open = Some((word.0, end));
+                self.open = Some((word.0, end, Since::of(end)));
                 Some(end)
             }
         }
@@ -333,7 +333,7 @@ impl<C> Handle<C> {
 
     /// Counts a refusal, and makes it: inline, so that the refusal is
     /// built where the response future holds it.
-    #[inline]
+    #[inline(always)]
     fn refused(&mut self, retry_at: Instant, state: State) -> CircuitOpen
     where
         C: Clone,
@@ -349,7 +349,13 @@ impl<C> Handle<C> {
                 Name::new(self.shared.name())
             }
         };
-        CircuitOpen::new(name, retry_at, state)
+        // The end of the period this clone refuses in, as worked out when
+        // it began: no arithmetic on time per refusal.
+        let retry_at = match self.open {
+            Some((_, end, since)) if end == retry_at => since,
+            _ => Since::of(retry_at),
+        };
+        CircuitOpen::refusal(name, retry_at, state)
     }
 }
 
@@ -453,12 +459,12 @@ where
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, C>;
 
-    #[inline]
+    #[inline(always)]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.admit_ready(cx)
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, req: Req) -> Self::Future {
         self.admit_call(req)
     }
@@ -467,7 +473,7 @@ where
 impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
     /// `poll_ready`, whatever the classifier: admission does not depend on
     /// how outcomes are judged.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn admit_ready<Req>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>>
     where
         S: Service<Req>,
@@ -482,6 +488,21 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
             }
             return self.inner.poll_ready(cx);
         }
+        self.poll_ready_open(cx, word)
+    }
+
+    /// `poll_ready` past a closed breaker, out of line, so that what
+    /// inlines into the caller's `ready()` is the closed check alone.
+    #[inline(never)]
+    fn poll_ready_open<Req>(
+        &mut self,
+        cx: &mut Context<'_>,
+        word: Word,
+    ) -> Poll<Result<(), S::Error>>
+    where
+        S: Service<Req>,
+        P: ProbeEligibility<Req>,
+    {
         // Fail-fast, open, the period not over: refuse without a decision.
         if self.mode == Readiness::FailFast && !matches!(self.ready, Reservation::Probe(_)) {
             if let Some(end) = self.handle.open_period_end(word) {
@@ -499,7 +520,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
     }
 
     /// `call`, whatever the classifier.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn admit_call<Req>(&mut self, req: Req) -> ResponseFuture<S::Future, C>
     where
         S: Service<Req>,
@@ -525,7 +546,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
 
     /// `call` past a closed breaker with nothing reserved: a reservation to
     /// consume, a refusal, or a decision.
-    #[inline]
+    #[inline(always)]
     fn settle_call<Req>(&mut self, req: &Req, word: Word) -> Result<Admitted, Refused>
     where
         P: ProbeEligibility<Req>,
