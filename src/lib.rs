@@ -268,6 +268,28 @@
 //! A test (`tests/in_process/architecture.rs`) checks that the core and the
 //! pure rooms name nothing above them.
 //!
+//! # Glossary
+//!
+//! The words these docs use, one meaning each:
+//!
+//! | word | means |
+//! | --- | --- |
+//! | breaker | one circuit: a state, a trip policy and counts, shared by every service clone made from one layer (or one registry key) |
+//! | state | closed (calls go through), open (calls are refused), half-open (probes go through), or an operator's hold: forced open, forced closed, disabled |
+//! | open period | how long an opened breaker refuses before it lets probes through; it grows with each failed round (backoff) or follows the upstream's retry-after hint |
+//! | admission | the decision, at `poll_ready` and `call`, to let a call through, refuse it, or make it a probe |
+//! | refusal | a call the breaker answered itself with [`CircuitOpen`], without sending it (counted as [`Counts::rejected`]) |
+//! | probe | a call let through while half-open to test the upstream; it holds one of the config's `probes` permits until its outcome is in |
+//! | permit | a probe's right to go through, given back when the probe's outcome is recorded or it is dropped |
+//! | generation | the count of the breaker's transitions, which every admitted call carries: an outcome from before the latest transition feeds no policy |
+//! | outcome | what a call's answer was to the breaker: success, failure, or ignored; with its failure class, a [`Verdict`](classify::Verdict) |
+//! | classifier | what turns a call's result (or its body's end of stream) into a verdict |
+//! | cancelled | a call dropped before its outcome was known: counted, neither success nor failure (a probe's permit goes back) |
+//! | trip policy | what decides, from outcomes, when a closed breaker opens |
+//! | hint | a retry-after an upstream sent (`Retry-After`, a reset header, gRPC pushback), which the open period honours |
+//! | key, parent | a registry breaker's name, and the breaker of a larger unit above it (a provider over its models) whose refusal also refuses the key |
+//! | fleet | instances sharing breaker state through a store; one of them probes per open period |
+//!
 //! # Cargo features
 //!
 //! | feature | adds |
@@ -281,6 +303,26 @@
 //! | `redis` | breaker state shared by a fleet through Redis ([`store::redis`]) |
 //! | `admin` | an axum router for the people on call ([`admin`]): breakers as JSON, transitions as server-sent events, a live page, opt-in control |
 //! | `retry` | a `tower::retry` policy that waits out refusals, backs off with jitter and spends a retry budget ([`retry`]) |
+//!
+//! # Versions it is tied to
+//!
+//! Some dependencies are part of this crate's public API: their types
+//! appear in its signatures, or it recognises their values at run time.
+//! Each of their major releases is then a breaking release of this crate,
+//! and a program that uses another major of one of them gets no help from
+//! the integration, silently:
+//!
+//! | dependency | tied through | with another major in the program |
+//! | --- | --- | --- |
+//! | `tower` 0.5, `tower-service` 0.3, `tower-layer` 0.3 | `Service` and `Layer` impls; [`classify::is_timeout`] downcasts to tower 0.5's `Elapsed` | the layer does not fit the stack (a compile error); a timeout from another tower is not recognised as one: `is_timeout` says `false`, so a classifier that gives timeouts their own class counts it as a plain failure |
+//! | `http` 1 | classifiers and refusal responses over `http::Response` | a compile error |
+//! | `tower-http` 0.7 (feature) | [`classify::TowerHttp`] wraps its classifiers | a compile error |
+//! | `axum` 0.8 (feature) | `IntoResponse` for [`CircuitOpen`], the [`admin`] router | a compile error |
+//! | `tonic` 0.14 (feature) | `From<CircuitOpen>` for `Status`, [`classify::TonicClassifier`] | a compile error |
+//! | `metrics` 0.24 (feature) | the facade's global recorder | nothing is reported: a recorder installed through another `metrics` major is another global, which this crate never reaches |
+//!
+//! The Redis client stays out of the public API ([`store::redis`] takes a
+//! URL and a config, not a client), so its releases are not this crate's.
 //!
 //! [tower]: https://docs.rs/tower
 

@@ -205,7 +205,8 @@ impl std::ops::DerefMut for BookGuard<'_> {
 /// registry now holds for the same key.
 pub(crate) type Successor = Arc<dyn Fn(Verdict, Option<(Duration, Instant)>) + Send + Sync>;
 
-/// What lock-free paths read of the config, kept up to date by `tune`.
+/// What lock-free paths read of the config, kept up to date by
+/// `tune_lock_free`.
 #[derive(Default)]
 struct Tuning {
     probes: AtomicU32,
@@ -286,7 +287,8 @@ impl Shared {
             tuning: Tuning::default(),
             hot: Hot {
                 word: AtomicU64::new(Word::closed(0).0),
-                // Set by `tuned`, which knows whether the policy tallies.
+                // Set below from a fresh policy, which knows whether it
+                // tallies, and again whenever the book is made or retuned.
                 success: AtomicU8::new(QUIET),
                 probe_deadline_ms: AtomicU64::new(u64::MAX),
                 shadow: AtomicBool::new(false),

@@ -285,6 +285,11 @@ impl<T, E> Classify<T, E> for ErrorsAsFailures {
 
 /// Whether `tower::timeout`'s `Elapsed` is this error or in its source chain.
 ///
+/// It looks for tower 0.5's `Elapsed`, the tower this crate is built on: a
+/// timeout from another tower major in the same program is a different
+/// type, and this says `false` for it (see [the crate
+/// docs](crate#versions-it-is-tied-to)).
+///
 /// ```
 /// use tower::{timeout::error::Elapsed, BoxError};
 /// use tower_circuit_breaker::classify::is_timeout;
