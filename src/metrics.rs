@@ -167,6 +167,12 @@ pub(crate) fn store_unavailable() {
     store_available(false);
 }
 
+/// How many index shards a Cluster has cut off now.
+#[cfg(feature = "redis")]
+pub(crate) fn store_unreachable_shards(shards: usize) {
+    gauge!("circuit_breaker_store_unreachable_shards", "store" => "redis").set(shards as f64);
+}
+
 /// Whether Redis answers (1) or not (0).
 #[cfg(feature = "redis")]
 pub(crate) fn store_available(available: bool) {

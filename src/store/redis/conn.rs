@@ -113,9 +113,19 @@ impl Conn {
         }
     }
 
+    /// `GET` of `key`, on the node holding it.
+    pub(crate) async fn get(&mut self, key: &str) -> RedisResult<Value> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(key);
+        match self {
+            Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Cluster(c) => cmd.query_async(c.as_mut()).await,
+        }
+    }
+
     /// `MGET` of `keys` (on a Cluster, split by slot and put back in
     /// order by redis-rs).
-    pub(crate) async fn mget(&mut self, keys: &[String]) -> RedisResult<Vec<Value>> {
+    pub(crate) async fn mget(&mut self, keys: &[&str]) -> RedisResult<Vec<Value>> {
         let mut cmd = redis::cmd("MGET");
         cmd.arg(keys);
         let value: Value = match self {

@@ -263,12 +263,15 @@ pub(crate) struct Inner {
     attach: mpsc::UnboundedSender<task::Attached>,
     events: broadcast::Sender<StoreEvent>,
     pub(crate) stats: Stats,
+    /// The index shards cut off from the fleet, by shard.
+    pub(crate) unreachable: Box<[AtomicBool]>,
 }
 
 #[derive(Default)]
 pub(crate) struct Stats {
     pub(crate) available: AtomicBool,
     pub(crate) episodes: AtomicU64,
+    pub(crate) shard_episodes: AtomicU64,
     pub(crate) failed_writes: AtomicU64,
     pub(crate) writes: AtomicU64,
     pub(crate) refreshes: AtomicU64,
@@ -312,6 +315,25 @@ pub enum StoreEvent {
     },
     /// Redis answers again; the instance has resynced with the fleet.
     Restored,
+    /// On a Cluster, the node holding these index shards does not answer
+    /// (dead, frozen, or too slow), while others do: the breakers whose
+    /// names fall in them run on their own until the shards answer
+    /// again; every other name is still shared. Once per episode of each
+    /// shard.
+    ShardsUnavailable {
+        /// The shards cut off, as [`RedisStore::shard_of`] numbers them.
+        shards: Vec<u16>,
+        /// What went wrong, in words.
+        error: String,
+    },
+    /// On a Cluster, these index shards answer again (Redis promoted a
+    /// replica, or the node came back): their names are shared again,
+    /// each breaker learning the fleet's state of its name once the shard
+    /// has been read again.
+    ShardsRestored {
+        /// The shards back.
+        shards: Vec<u16>,
+    },
 }
 
 /// The store's counters.
@@ -322,6 +344,12 @@ pub struct StoreStats {
     pub available: bool,
     /// Episodes of Redis being unavailable.
     pub unavailable_episodes: u64,
+    /// On a Cluster, the index shards cut off now (their node does not
+    /// answer), out of [`index_shards`](RedisStoreBuilder::index_shards).
+    pub unreachable_shards: u16,
+    /// On a Cluster, episodes of index shards being cut off while others
+    /// answered (each [`StoreEvent::ShardsUnavailable`]).
+    pub shard_episodes: u64,
     /// Writes dropped because the queue was full, or because Redis was down
     /// when they were due (outcomes seen while Redis is down stay local).
     pub dropped_writes: u64,
@@ -473,6 +501,8 @@ impl RedisStore {
         StoreStats {
             available: s.available.load(Ordering::Relaxed),
             unavailable_episodes: s.episodes.load(Ordering::Relaxed),
+            unreachable_shards: self.unreachable_shards().len() as u16,
+            shard_episodes: s.shard_episodes.load(Ordering::Relaxed),
             dropped_writes: self.inner.queue.dropped.load(Ordering::Relaxed),
             failed_writes: s.failed_writes.load(Ordering::Relaxed),
             writes: s.writes.load(Ordering::Relaxed),
@@ -487,9 +517,35 @@ impl RedisStore {
         }
     }
 
-    /// Whether the last exchange with Redis succeeded.
+    /// Whether Redis answers: the last exchange with a single server
+    /// succeeded, or some node of a Cluster answers. A Cluster with some
+    /// index shards cut off is available; [`shares`](Self::shares) tells
+    /// for one name.
     pub fn is_available(&self) -> bool {
         self.inner.stats.available.load(Ordering::Relaxed)
+    }
+
+    /// The index shards cut off now, in order: on a Cluster, those whose
+    /// node does not answer (their names run on their local breakers).
+    /// Empty on a single server, and while Redis answers in full.
+    pub fn unreachable_shards(&self) -> Vec<u16> {
+        (0u16..)
+            .zip(self.inner.unreachable.iter())
+            .filter_map(|(shard, cut)| cut.load(Ordering::Relaxed).then_some(shard))
+            .collect()
+    }
+
+    /// The index shard that holds the breaker named `name`, the same in
+    /// every process of the fleet.
+    pub fn shard_of(&self, name: &str) -> u16 {
+        keys::shard_of(&keys::escape(name), self.inner.shards)
+    }
+
+    /// Whether the breaker named `name` is shared with the fleet now:
+    /// Redis is available and `name`'s shard is not cut off.
+    pub fn shares(&self, name: &str) -> bool {
+        self.is_available()
+            && !self.inner.unreachable[usize::from(self.shard_of(name))].load(Ordering::Relaxed)
     }
 
     /// This instance's name in probe locks: the
@@ -695,6 +751,9 @@ impl RedisStoreBuilder {
             attach,
             events: broadcast::channel(16).0,
             stats: Stats::default(),
+            unreachable: (0..self.index_shards)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
         });
         let task = task::Task::new(
             backend,

@@ -6,7 +6,8 @@
 //! channel of its own slot (sharded pub/sub, Redis 7), and the subscriber
 //! subscribes to every shard's channel through a cluster connection, on
 //! whichever node holds each: no node's loss or absence from the URLs
-//! given silences it. Every refresh interval it checks that its
+//! given silences it, and the channels of a node that does not answer
+//! are tried again at every check while the others are heard. Every refresh interval it checks that its
 //! connections still answer (`PING`, to every node of a Cluster), and
 //! replaces them when they do not, when one drops, or when a Cluster
 //! moves a shard's channel away: a subscriber on a connection gone silent
@@ -16,8 +17,10 @@
 
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use futures_util::StreamExt;
 use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant, MissedTickBehavior};
@@ -186,14 +189,12 @@ async fn cluster(urls: &[String], listen: &Listen, messages: &mpsc::Sender<Messa
     // Connections made and dropped while learning the cluster's layout
     // tell of it here: they were never subscribed.
     while heard.try_recv().is_ok() {}
-    for channel in &listen.channels {
-        // One at a time: each goes to the node holding its slot.
-        if !matches!(
-            timeout(listen.limit, conn.ssubscribe(channel)).await,
-            Ok(Ok(()))
-        ) {
-            return false;
-        }
+    // Channels on a node that does not answer (a master dead until Redis
+    // promotes its replica) are tried again at every check; the others
+    // are heard meanwhile.
+    let mut pending: Vec<&str> = listen.channels.iter().map(String::as_str).collect();
+    if subscribe(&conn, &mut pending, listen.limit).await == 0 {
+        return false;
     }
     if messages.send(Message::Subscribed).await.is_err() {
         return true;
@@ -218,6 +219,18 @@ async fn cluster(urls: &[String], listen: &Listen, messages: &mpsc::Sender<Messa
                 },
             },
             _ = check.tick() => {
+                if !pending.is_empty() {
+                    if subscribe(&conn, &mut pending, listen.limit).await > 0
+                        && messages.send(Message::Subscribed).await.is_err()
+                    {
+                        return true;
+                    }
+                    // A node is known not to answer: the check below
+                    // would fail for it until it is replaced.
+                    if !pending.is_empty() {
+                        continue;
+                    }
+                }
                 // To every primary: one silent node is enough to replace
                 // the whole subscription.
                 let pong = timeout(listen.limit, redis::cmd("PING").query_async::<Value>(&mut conn)).await;
@@ -227,6 +240,20 @@ async fn cluster(urls: &[String], listen: &Listen, messages: &mpsc::Sender<Messa
             }
         }
     }
+}
+
+/// Subscribes to each of `pending` (all at once, each on the node holding
+/// its slot) and keeps there those that failed; how many succeeded.
+async fn subscribe(conn: &ClusterConnection, pending: &mut Vec<&str>, limit: Duration) -> usize {
+    let tries = pending.iter().map(|&channel| {
+        let mut conn = conn.clone();
+        async move { matches!(timeout(limit, conn.ssubscribe(channel)).await, Ok(Ok(()))) }
+    });
+    let subscribed = join_all(tries).await;
+    let before = pending.len();
+    let mut done = subscribed.into_iter();
+    pending.retain(|_| !done.next().unwrap_or(false));
+    before - pending.len()
 }
 
 #[cfg(test)]

@@ -275,9 +275,11 @@ impl View {
         self.shard(shard).is_some_and(|s| s.read.is_some())
     }
 
-    /// Whether every shard has been read.
-    pub(crate) fn is_whole(&self) -> bool {
-        self.shards.iter().all(|s| s.read.is_some())
+    /// Forgets what `shard` held: it will be read again.
+    pub(crate) fn clear_shard(&mut self, shard: u16) {
+        if let Some(s) = self.shards.get_mut(usize::from(shard)) {
+            *s = ShardView::default();
+        }
     }
 
     /// Whether the view of `shard` lacks changes, Redis's version being

@@ -9,25 +9,29 @@
 //! breakers through the `fleet_*` transitions.
 //!
 //! Every exchange has a timeout, and each is bounded whatever the number
-//! of keys and whatever is open: the versions are one small read, a
-//! shard's index is read a page (about [`PAGE`](super::script::PAGE) entries) at a time, a
-//! batch of writes is at most [`BATCH`] calls. A version check or a write
-//! that fails or times out marks Redis unavailable until one succeeds
-//! again; a page of the index that is merely slow is read again at the
-//! next refresh.
+//! of keys and whatever is open: the versions are one small read (one per
+//! shard on a Cluster, each under its own timeout), a shard's index is
+//! read a page (about [`PAGE`](super::script::PAGE) entries) at a time, a
+//! batch of writes is at most [`BATCH`] calls, each under its own
+//! timeout. A version check or a write that fails or times out marks
+//! Redis unavailable until one succeeds again (on a Cluster, only the
+//! shards whose versions then go unanswered); a page of the index that
+//! is merely slow is read again at the next refresh.
 //!
-//! By job: connections, availability and the loop here; `refresh` (the
-//! versions and the index pages), `writes` (the queue and its exchanges),
-//! `probe` (the probe lock), `messages` (the subscriber's news, and what
-//! any news changes in the local breakers).
+//! By job: connections and the loop here; `reach` (which shards answer,
+//! and Redis down or back), `refresh` (the versions and the index pages),
+//! `writes` (the queue and its exchanges), `probe` (the probe lock),
+//! `messages` (the subscriber's news, and what any news changes in the
+//! local breakers).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::{RedisError, RedisResult};
+use redis::{RedisError, RedisResult, Value};
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::{timeout, Instant};
 
@@ -44,6 +48,7 @@ use crate::store::fleet::{settle, Args, LocalBreakers, Op, Queue, Reply, Write};
 
 mod messages;
 mod probe;
+mod reach;
 mod refresh;
 mod writes;
 
@@ -120,6 +125,12 @@ pub(crate) struct Task {
     swept_at: usize,
     /// Whether Redis counts as available; `None` before the first exchange.
     available: Option<bool>,
+    /// The shards cut off from the fleet (a Cluster's node not answering
+    /// for them), by shard.
+    unreachable: Vec<bool>,
+    /// The shards back from being cut, whose breakers learn the fleet's
+    /// state once the shard has been read again.
+    rejoin: Vec<bool>,
 }
 
 /// What a batch sent to Redis carries.
@@ -178,6 +189,8 @@ impl Task {
             dropped_seen: 0,
             swept_at: 0,
             available: None,
+            unreachable: vec![false; usize::from(shards)],
+            rejoin: vec![false; usize::from(shards)],
             backend,
         }
     }
@@ -235,7 +248,7 @@ impl Task {
                 // A read in pages goes on at once, once what else is due
                 // (writes, messages, probe locks) had its turn.
                 next_refresh = if self.scans.is_empty() {
-                    Instant::now() + self.timing.refresh
+                    Instant::now() + self.refresh_every()
                 } else {
                     Instant::now()
                 };
@@ -256,7 +269,7 @@ impl Task {
                 local: LocalBreakers::default(),
             });
         entry.local.breakers.push(attached.breaker);
-        if !self.resync && !self.is_down() && self.view.has_read(shard) {
+        if !self.resync && !self.is_down() && !self.is_cut(shard) && self.view.has_read(shard) {
             let reply = self.view.reply(shard, &attached.escaped, Instant::now());
             self.apply(&attached.escaped, reply);
         }
@@ -300,57 +313,6 @@ impl Task {
             counter(&inner.stats).fetch_add(n, Ordering::Relaxed);
         }
     }
-
-    fn mark_down(&mut self, error: &RedisError) {
-        // The next exchange connects afresh: a connection that stopped
-        // answering (the host behind the address gone without a reset) is
-        // never told so, and would time out for as long as the kernel keeps
-        // its socket.
-        self.conn = None;
-        self.check_conn = None;
-        self.slow_streak = 0;
-        self.scans.clear();
-        if let Some(inner) = self.stats() {
-            inner.stats.available.store(false, Ordering::Relaxed);
-            if self.available == Some(false) {
-                return;
-            }
-            inner.stats.episodes.fetch_add(1, Ordering::Relaxed);
-        }
-        self.available = Some(false);
-        self.drop_queued();
-        tracing::warn!(
-            store = "redis",
-            error = %error,
-            "shared breaker state unavailable: instances run on their local breakers"
-        );
-        #[cfg(feature = "metrics")]
-        crate::metrics::store_unavailable();
-        let _ = self.events.send(StoreEvent::Unavailable {
-            error: error.to_string(),
-        });
-    }
-
-    fn mark_up(&mut self) {
-        if let Some(inner) = self.stats() {
-            inner.stats.available.store(true, Ordering::Relaxed);
-        }
-        #[cfg(feature = "metrics")]
-        crate::metrics::store_available(true);
-        if self.available.replace(true) == Some(false) {
-            // What the view held may be stale (Redis may even have
-            // restarted empty): read everything again, and tell every
-            // breaker.
-            self.view.clear();
-            self.resync = true;
-            tracing::info!(store = "redis", "shared breaker state available again");
-            let _ = self.events.send(StoreEvent::Restored);
-        }
-    }
-
-    fn is_down(&self) -> bool {
-        self.available == Some(false)
-    }
 }
 
 /// Whether `error` is about one key's data rather than about Redis.
@@ -369,6 +331,11 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// `fut`, given `limit` to answer.
+async fn bounded<T>(limit: Duration, fut: impl Future<Output = RedisResult<T>>) -> RedisResult<T> {
+    timeout(limit, fut).await.unwrap_or_else(|_| Err(timed_out()))
 }
 
 /// The connection kept in `slot`, made (and kept) if there is none.

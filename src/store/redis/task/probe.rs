@@ -24,8 +24,9 @@ impl Task {
             };
             entry.local.next_probe = None;
             // A key whose breakers are all gone would hold the lock with
-            // nothing to probe.
-            if !entry.local.prune() {
+            // nothing to probe; one whose shard is cut off probes on its
+            // own once its hold runs out.
+            if !entry.local.prune() || self.unreachable[usize::from(entry.shard)] {
                 continue;
             }
             batch.push(Write {
@@ -41,7 +42,7 @@ impl Task {
         // once (a fleet with a thousand keys open) is no one exchange.
         while !batch.is_empty() {
             let rest = batch.split_off(batch.len().min(BATCH));
-            if !self.send(batch, Exchange::ProbeLocks).await {
+            if self.send(batch, Exchange::ProbeLocks).await.lost > 0 {
                 if !self.is_down() {
                     // Slow: the keys not yet sent try again shortly.
                     let again = Instant::now() + self.timing.command_timeout;

@@ -23,20 +23,29 @@ impl Task {
                 self.dropped_seen = dropped;
                 self.resync = true;
             }
-            let mut check = match self.check_conn().await {
-                Ok(conn) => conn,
-                Err(e) => return self.mark_down(&e),
-            };
-            let versions =
-                match timeout(self.timing.command_timeout, check.mget(&self.version_keys)).await {
-                    Ok(Ok(versions)) => versions,
-                    Ok(Err(e)) => return self.mark_down(&e),
-                    Err(_) => return self.mark_down(&timed_out()),
-                };
+            let all: Vec<u16> = (0..self.shards).collect();
+            let (versions, error) = self.versions(&all).await;
+            let silent: Vec<u16> = all
+                .iter()
+                .zip(&versions)
+                .filter_map(|(&shard, v)| v.is_none().then_some(shard))
+                .collect();
+            let error = error.unwrap_or_else(timed_out);
+            if silent.len() == all.len() {
+                return self.mark_down(&error);
+            }
             self.mark_up();
-            self.scan_whole = true;
-            for shard in 0..self.shards {
-                match versions.get(usize::from(shard)).and_then(version_of) {
+            self.fail(&silent, &error);
+            let answered: Vec<u16> = all
+                .iter()
+                .zip(&versions)
+                .filter_map(|(&shard, v)| v.is_some().then_some(shard))
+                .collect();
+            self.reached(&answered);
+            self.scan_whole = silent.is_empty();
+            for (shard, version) in all.into_iter().zip(versions) {
+                let Some(version) = version else { continue };
+                match version_of(&version) {
                     Some(version) if !self.view.is_behind(shard, version) => {}
                     // A shard that never changed has nothing in its index:
                     // nothing to read.
@@ -57,10 +66,11 @@ impl Task {
             }
         }
         if !self.scans.is_empty() {
-            match self.read_pages(&conn).await {
-                Ok(installed) => changed.extend(installed),
-                Err(e) => return self.mark_down(&e),
+            let installed = self.read_pages(&conn).await;
+            if self.is_down() {
+                return;
             }
+            changed.extend(installed);
         }
         let done = self.scans.is_empty();
         if done && self.scan_whole {
@@ -68,7 +78,8 @@ impl Task {
         }
         self.view.prune();
         let now = Instant::now();
-        if self.resync && self.view.is_whole() {
+        self.rejoin_read(now);
+        if self.resync && self.view_whole() {
             self.resync = false;
             self.sweep(true);
             let names: Vec<(u16, Arc<str>)> = self
@@ -108,14 +119,16 @@ impl Task {
     }
 
     /// Reads the next page of every shard being read, all in flight at
-    /// once, under one command timeout; installs the shards whose last
-    /// page came, and returns the breakers whose state changed. A page
-    /// that is merely slow ends the shard's read, which the next refresh
-    /// makes again: Redis answered the versions in time, and is not
-    /// down. An error about the shard's data skips it; any other error is
-    /// returned (Redis is down).
-    pub(super) async fn read_pages(&mut self, conn: &Conn) -> RedisResult<Vec<(u16, Arc<str>)>> {
+    /// once, each under its own command timeout; installs the shards whose
+    /// last page came, and returns the breakers whose state changed. A
+    /// page that is merely slow ends the shard's read, which the next
+    /// refresh makes again: Redis answered the versions in time, and is
+    /// not down. An error about the shard's data skips it; after any other
+    /// error Redis is down (on a Cluster: the shards that then do not
+    /// answer their versions).
+    pub(super) async fn read_pages(&mut self, conn: &Conn) -> Vec<(u16, Arc<str>)> {
         let scans = std::mem::take(&mut self.scans);
+        let limit = self.timing.command_timeout;
         let calls: Vec<_> = scans
             .iter()
             .map(|scan| {
@@ -125,15 +138,14 @@ impl Task {
             .collect();
         let reads = calls.iter().map(|call| {
             let mut conn = conn.clone();
-            async move { conn.invoke(call).await }
+            async move { bounded(limit, conn.invoke(call)).await }
         });
-        let Ok(replies) = timeout(self.timing.command_timeout, join_all(reads)).await else {
-            self.slow_read(scans.len());
-            return Ok(Vec::new());
-        };
+        let replies = join_all(reads).await;
         let at = Instant::now();
         let mut changed = Vec::new();
         let mut slow = 0;
+        let mut failed = Vec::new();
+        let mut error = None;
         for (scan, reply) in scans.into_iter().zip(replies) {
             let shard = scan.shard;
             match reply.map(|v| ShardRead::parse(&v, at).ok_or(v)) {
@@ -162,21 +174,30 @@ impl Task {
                             .map(|name| (shard, name)),
                     );
                 }
-                Ok(Err(v)) => return Err(garbage(&format!("{v:?}"))),
-                // The connection's own response timeout: slow, as above.
+                // A Redis that answers in a protocol it should not.
+                Ok(Err(v)) => {
+                    failed.push(shard);
+                    error = Some(garbage(&format!("{v:?}")));
+                }
                 Err(e) if e.is_timeout() => slow += 1,
                 Err(e) if concerns_one_key(&e) => {
                     tracing::debug!(store = "redis", shard, error = %e, "unusable index shard");
                     self.count(|s| &s.key_errors, 1);
                     self.scan_whole = false;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    failed.push(shard);
+                    error = Some(e);
+                }
             }
         }
         if slow > 0 {
             self.slow_read(slow);
         }
-        Ok(changed)
+        if let Some(error) = error {
+            self.fail_confirmed(&failed, &error).await;
+        }
+        changed
     }
 
     /// `shards` shards' reads that took longer than the command timeout.
@@ -184,5 +205,75 @@ impl Task {
         self.scan_whole = false;
         self.count(|s| &s.slow_reads, 1);
         tracing::debug!(store = "redis", shards, "index read timed out");
+    }
+}
+
+impl Task {
+    /// The versions of `shards` (`None` where not answered in time), read
+    /// on the versions' own connection, and the last error. On a single
+    /// server, one `MGET`; on a Cluster, one `GET` per shard, all in
+    /// flight at once, each under its own timeout, so that one node's
+    /// silence costs its own shards alone.
+    pub(super) async fn versions(
+        &mut self,
+        shards: &[u16],
+    ) -> (Vec<Option<Value>>, Option<RedisError>) {
+        let check = match self.check_conn().await {
+            Ok(conn) => conn,
+            Err(e) => return (vec![None; shards.len()], Some(e)),
+        };
+        let limit = self.timing.command_timeout;
+        let keys: Vec<&str> = shards
+            .iter()
+            .map(|&s| self.version_keys[usize::from(s)].as_str())
+            .collect();
+        if !self.backend.is_cluster() {
+            let mut check = check;
+            return match bounded(limit, check.mget(&keys)).await {
+                Ok(values) => (values.into_iter().map(Some).collect(), None),
+                Err(e) => (vec![None; shards.len()], Some(e)),
+            };
+        }
+        let reads = keys.iter().map(|&key| {
+            let mut check = check.clone();
+            async move { bounded(limit, check.get(key)).await }
+        });
+        let mut error = None;
+        let values = join_all(reads)
+            .await
+            .into_iter()
+            .map(|reply| match reply {
+                Ok(value) => Some(value),
+                // Answered, with something other than a version: the
+                // shard's read says what it is.
+                Err(e) if concerns_one_key(&e) => Some(Value::Okay),
+                Err(e) => {
+                    error = Some(e);
+                    None
+                }
+            })
+            .collect();
+        (values, error)
+    }
+
+    /// Exchanges about `shards` failed with `error`. On a single server,
+    /// Redis is down. On a Cluster, those shards' versions are asked at
+    /// once, and only those that do not answer are cut off: an error the
+    /// cluster client returns while it follows a move (a failover, a
+    /// resharding) is not a node gone.
+    pub(super) async fn fail_confirmed(&mut self, shards: &[u16], error: &RedisError) {
+        if !self.backend.is_cluster() {
+            return self.mark_down(error);
+        }
+        let mut shards = shards.to_vec();
+        shards.sort_unstable();
+        shards.dedup();
+        let (versions, _) = self.versions(&shards).await;
+        let silent: Vec<u16> = shards
+            .iter()
+            .zip(&versions)
+            .filter_map(|(&shard, v)| v.is_none().then_some(shard))
+            .collect();
+        self.fail(&silent, error);
     }
 }
