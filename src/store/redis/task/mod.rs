@@ -335,7 +335,9 @@ impl Drop for AbortOnDrop {
 
 /// `fut`, given `limit` to answer.
 async fn bounded<T>(limit: Duration, fut: impl Future<Output = RedisResult<T>>) -> RedisResult<T> {
-    timeout(limit, fut).await.unwrap_or_else(|_| Err(timed_out()))
+    timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| Err(timed_out()))
 }
 
 /// The connection kept in `slot`, made (and kept) if there is none.

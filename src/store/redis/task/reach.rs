@@ -103,7 +103,9 @@ impl Task {
         tracing::info!(store = "redis", shards = ?back, "index shards reachable again");
         #[cfg(feature = "metrics")]
         crate::metrics::store_unreachable_shards(self.unreachable_count());
-        let _ = self.events.send(StoreEvent::ShardsRestored { shards: back });
+        let _ = self
+            .events
+            .send(StoreEvent::ShardsRestored { shards: back });
     }
 
     /// Tells every breaker of a shard back from being cut the fleet's

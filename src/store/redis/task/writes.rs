@@ -104,7 +104,10 @@ impl Task {
             }
         }
         let now = Instant::now();
-        let mut sent = Sent { carried: 0, lost: 0 };
+        let mut sent = Sent {
+            carried: 0,
+            lost: 0,
+        };
         let mut slow = Vec::new();
         let mut heard = false;
         let mut answers = Vec::with_capacity(batch.len());
