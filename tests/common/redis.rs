@@ -36,6 +36,17 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local address").port()
 }
 
+/// A free loopback port for a Cluster node: its bus port (the port plus
+/// 10,000) must exist and be free too.
+pub fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port <= 55_535 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// One `redis-server`, stopped (killed) when dropped.
 pub struct RedisServer {
     child: Option<Child>,
@@ -114,27 +125,70 @@ impl Drop for RedisServer {
     }
 }
 
-/// Three `redis-server`s in cluster mode, every slot assigned, no replicas.
+/// `redis-server`s in cluster mode, every slot assigned: three masters,
+/// and with [`start_replicated`](Self::start_replicated) a replica of
+/// each.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
 
+/// One node as `CLUSTER NODES` tells of it.
+#[derive(Clone, Debug)]
+pub struct ClusterNode {
+    pub id: String,
+    pub port: u16,
+    pub master: bool,
+    /// The id of its master, if it is a replica.
+    pub master_id: Option<String>,
+    /// Marked failing (`fail` or `fail?`).
+    pub failing: bool,
+    /// The slot ranges it serves.
+    pub slots: Vec<(u16, u16)>,
+}
+
 impl RedisCluster {
+    /// Three masters, no replicas, a node timeout of 2 s.
     pub fn start() -> Self {
-        let nodes: Vec<RedisServer> = (0..3)
+        Self::launch(3, 0, 2000, &[])
+    }
+
+    /// Three masters and a replica of each, a node timeout of 1 s, every
+    /// node given `extra` settings (`--cluster-require-full-coverage no`,
+    /// say); returns once every replica has synced with its master.
+    pub fn start_replicated(extra: &[&str]) -> Self {
+        let cluster = Self::launch(6, 1, 1000, extra);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for node in cluster.nodes.iter() {
+            loop {
+                let info = node_command(node.port, &["INFO", "replication"]);
+                if info.contains("role:master") || info.contains("master_link_status:up") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "replica {} never synced",
+                    node.port
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        cluster
+    }
+
+    fn launch(nodes: usize, replicas: u32, node_timeout_ms: u32, extra: &[&str]) -> Self {
+        let nodes: Vec<RedisServer> = (0..nodes)
             .map(|_| {
-                let port = free_port();
-                RedisServer::start_with(
-                    port,
-                    vec![
-                        "--cluster-enabled".into(),
-                        "yes".into(),
-                        "--cluster-config-file".into(),
-                        format!("nodes-{port}.conf"),
-                        "--cluster-node-timeout".into(),
-                        "2000".into(),
-                    ],
-                )
+                let port = free_cluster_port();
+                let mut settings = vec![
+                    "--cluster-enabled".to_owned(),
+                    "yes".to_owned(),
+                    "--cluster-config-file".to_owned(),
+                    format!("nodes-{port}.conf"),
+                    "--cluster-node-timeout".to_owned(),
+                    node_timeout_ms.to_string(),
+                ];
+                settings.extend(extra.iter().map(|s| (*s).to_owned()));
+                RedisServer::start_with(port, settings)
             })
             .collect();
         let addresses: Vec<String> = nodes
@@ -145,7 +199,7 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -165,6 +219,105 @@ impl RedisCluster {
 
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The nodes as a live node (any but `except`) tells of them.
+    pub fn live_nodes(&self, except: &[u16]) -> Vec<ClusterNode> {
+        let asked = self
+            .nodes
+            .iter()
+            .find(|n| n.child.is_some() && !except.contains(&n.port))
+            .expect("a live node");
+        parse_nodes(&node_command(asked.port, &["CLUSTER", "NODES"]))
+    }
+
+    /// The port of the master serving `slot` now.
+    pub fn master_of(&self, slot: u16) -> u16 {
+        let nodes = self.live_nodes(&[]);
+        nodes
+            .iter()
+            .find(|n| {
+                n.master && !n.failing && n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
+            })
+            .map(|n| n.port)
+            .unwrap_or_else(|| panic!("no master serves slot {slot}: {nodes:?}"))
+    }
+
+    /// The port of a replica of the master on `port`.
+    pub fn replica_of(&self, port: u16) -> u16 {
+        let nodes = self.live_nodes(&[port]);
+        let master = nodes.iter().find(|n| n.port == port).expect("the master");
+        nodes
+            .iter()
+            .find(|n| n.master_id.as_deref() == Some(master.id.as_str()))
+            .map(|n| n.port)
+            .unwrap_or_else(|| panic!("no replica of {port}"))
+    }
+
+    /// Kills the node on `port` at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self, port: u16) {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("a node of this cluster")
+            .kill();
+    }
+}
+
+/// `CLUSTER NODES`, parsed.
+fn parse_nodes(text: &str) -> Vec<ClusterNode> {
+    text.lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let (id, address, flags, master) =
+                (words.first()?, words.get(1)?, words.get(2)?, words.get(3)?);
+            let port = address
+                .split('@')
+                .next()?
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()?;
+            let slots = words[8.min(words.len())..]
+                .iter()
+                .filter(|w| !w.starts_with('['))
+                .filter_map(|range| {
+                    let mut ends = range.split('-');
+                    let from = ends.next()?.parse().ok()?;
+                    let to = ends.next().map_or(Some(from), |t| t.parse().ok())?;
+                    Some((from, to))
+                })
+                .collect();
+            Some(ClusterNode {
+                id: (*id).to_owned(),
+                port,
+                master: flags.split(',').any(|f| f == "master"),
+                master_id: (*master != "-").then(|| (*master).to_owned()),
+                failing: flags.split(',').any(|f| f == "fail" || f == "fail?"),
+                slots,
+            })
+        })
+        .collect()
+}
+
+/// Runs `words` on the node on `port` (a connection of its own, no
+/// cluster routing); its answer, as text.
+pub fn node_command(port: u16, words: &[&str]) -> String {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("a node URL");
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap_or_else(|e| panic!("no connection to node {port}: {e}"));
+    let mut cmd = redis::cmd(words[0]);
+    for word in &words[1..] {
+        cmd.arg(*word);
+    }
+    match cmd.query::<redis::Value>(&mut conn) {
+        Ok(redis::Value::BulkString(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+        Ok(redis::Value::VerbatimString { text, .. }) => text,
+        Ok(redis::Value::SimpleString(text)) => text,
+        Ok(redis::Value::Okay) => "OK".to_owned(),
+        Ok(other) => format!("{other:?}"),
+        Err(e) => panic!("{words:?} on node {port}: {e}"),
     }
 }
 

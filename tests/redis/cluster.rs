@@ -22,12 +22,12 @@ use tower_circuit_breaker::{CircuitOpen, Config, State};
 
 /// Waits until `done` holds: a cluster takes longer to settle than one
 /// server, hence 15 s.
-async fn eventually(what: &str, done: impl FnMut() -> bool) {
+pub(crate) async fn eventually(what: &str, done: impl FnMut() -> bool) {
     eventually_within(Duration::from_secs(15), what, done).await;
 }
 
 /// The slot Redis gives `key`.
-async fn slot(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> u16 {
+pub(crate) async fn slot(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> u16 {
     redis::cmd("CLUSTER")
         .arg("KEYSLOT")
         .arg(key)
@@ -38,20 +38,28 @@ async fn slot(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> u16 {
 
 /// One instance: a registry of breakers (one per upstream name) sharing
 /// state through its own cluster store.
-struct Instance {
-    store: RedisStore,
-    registry: Registry<String>,
+pub(crate) struct Instance {
+    pub(crate) store: RedisStore,
+    pub(crate) registry: Registry<String>,
 }
 
 impl Instance {
-    fn new(cluster: &RedisCluster) -> Self {
+    pub(crate) fn new(cluster: &RedisCluster) -> Self {
         Self::with(
             RedisStore::cluster_builder(cluster.urls())
                 .refresh_interval(Duration::from_millis(200)),
         )
     }
 
-    fn with(store: tower_circuit_breaker::store::redis::RedisStoreBuilder) -> Self {
+    pub(crate) fn with(store: tower_circuit_breaker::store::redis::RedisStoreBuilder) -> Self {
+        Self::with_cooldown(store, Duration::from_millis(500))
+    }
+
+    /// An instance whose breakers stay open `cooldown` at a time.
+    pub(crate) fn with_cooldown(
+        store: tower_circuit_breaker::store::redis::RedisStoreBuilder,
+        cooldown: Duration,
+    ) -> Self {
         let store = store
             .prefix("cluster")
             .probe_lease(Duration::from_millis(800))
@@ -61,7 +69,7 @@ impl Instance {
             .expect("a valid store");
         let config = Config::builder()
             .trip(ConsecutiveFailures::new(2))
-            .cooldown(Duration::from_millis(500))
+            .cooldown(cooldown)
             .backoff(1.0)
             .build()
             .unwrap();
@@ -73,12 +81,12 @@ impl Instance {
         Instance { store, registry }
     }
 
-    fn state(&self, name: &str) -> State {
+    pub(crate) fn state(&self, name: &str) -> State {
         self.registry.get(&name.to_owned()).unwrap().state()
     }
 
     /// One call to `name` through this instance's breaker.
-    async fn call(&self, name: &str, upstream: &Upstream) -> Result<(), BoxError> {
+    pub(crate) async fn call(&self, name: &str, upstream: &Upstream) -> Result<(), BoxError> {
         let breaker = self.registry.get(&name.to_owned()).unwrap();
         let mut service = breaker.layer().layer(upstream.service());
         service.ready().await?.call(()).await

@@ -8,5 +8,6 @@
 mod common;
 
 mod cluster;
+mod cluster_failover;
 mod fleet_example;
 mod server;

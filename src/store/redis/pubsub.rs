@@ -7,7 +7,9 @@
 //! subscribes to every shard's channel through a cluster connection, on
 //! whichever node holds each: no node's loss or absence from the URLs
 //! given silences it, and the channels of a node that does not answer
-//! are tried again at every check while the others are heard. Every refresh interval it checks that its
+//! are tried again every quarter interval (as the task refreshes while a
+//! shard is cut off) while the others are heard. Every refresh interval
+//! it checks that its
 //! connections still answer (`PING`, to every node of a Cluster), and
 //! replaces them when they do not, when one drops, or when a Cluster
 //! moves a shard's channel away: a subscriber on a connection gone silent
@@ -100,19 +102,41 @@ pub(crate) struct Listen {
     pub(crate) limit: Duration,
 }
 
+impl Listen {
+    /// How often channels not yet subscribed are tried again: a quarter
+    /// of the check interval, at least two exchanges, at most the
+    /// interval (the task's refresh while a shard is cut off).
+    fn retry_every(&self) -> Duration {
+        (self.every / 4).max(self.limit * 2).min(self.every)
+    }
+}
+
 /// Subscribes, forever: ends only when the task has gone (`messages`
 /// closed).
 pub(crate) async fn subscriber(listen: Listen, messages: mpsc::Sender<Message>) {
     loop {
-        let gone = match &listen.source {
+        let ended = match &listen.source {
             Source::Single(client) => single(client, &listen, &messages).await,
             Source::Cluster(urls) => cluster(urls, &listen, &messages).await,
         };
-        if gone {
-            return;
+        match ended {
+            Ended::Gone => return,
+            Ended::Lost => tokio::time::sleep(listen.every).await,
+            Ended::Reachable => {}
         }
-        tokio::time::sleep(listen.every).await;
     }
+}
+
+/// Why a subscription ended.
+enum Ended {
+    /// The task has gone.
+    Gone,
+    /// A connection failed, dropped or went silent, or a channel moved:
+    /// subscribed again after a pause.
+    Lost,
+    /// A node whose channels were pending answers again: subscribed again
+    /// at once, on a fresh connection.
+    Reachable,
 }
 
 /// Passes `payload` on if it is one of ours; whether the task has gone.
@@ -130,30 +154,34 @@ fn checks(every: Duration) -> tokio::time::Interval {
     check
 }
 
-/// Listens on one server until its connection fails or goes silent;
-/// whether the task has gone.
-async fn single(client: &redis::Client, listen: &Listen, messages: &mpsc::Sender<Message>) -> bool {
+/// Listens on one server until its connection fails or goes silent, or
+/// the task has gone.
+async fn single(
+    client: &redis::Client,
+    listen: &Listen,
+    messages: &mpsc::Sender<Message>,
+) -> Ended {
     let Ok(Ok(pubsub)) = timeout(listen.limit, client.get_async_pubsub()).await else {
-        return false;
+        return Ended::Lost;
     };
     let (mut sink, mut stream) = pubsub.split();
     if !matches!(
         timeout(listen.limit, sink.subscribe(&listen.channels)).await,
         Ok(Ok(()))
     ) {
-        return false;
+        return Ended::Lost;
     }
     if messages.send(Message::Subscribed).await.is_err() {
-        return true;
+        return Ended::Gone;
     }
     let mut check = checks(listen.every);
     loop {
         tokio::select! {
             message = stream.next() => match message {
-                None => return false,
+                None => return Ended::Lost,
                 Some(message) => {
                     if pass_on(message.get_payload_bytes(), messages).await {
-                        return true;
+                        return Ended::Gone;
                     }
                 }
             },
@@ -161,7 +189,7 @@ async fn single(client: &redis::Client, listen: &Listen, messages: &mpsc::Sender
                 let pong = timeout(listen.limit, sink.ping::<Value>()).await;
                 if !matches!(pong, Ok(Ok(_))) {
                     // Silent or gone: replaced by a new connection.
-                    return false;
+                    return Ended::Lost;
                 }
             }
         }
@@ -169,9 +197,9 @@ async fn single(client: &redis::Client, listen: &Listen, messages: &mpsc::Sender
 }
 
 /// Listens to every shard's channel on a Cluster until a connection
-/// fails, drops or goes silent, or a channel moves; whether the task has
-/// gone.
-async fn cluster(urls: &[String], listen: &Listen, messages: &mpsc::Sender<Message>) -> bool {
+/// fails, drops or goes silent, a channel moves, a node whose channels
+/// were pending answers again, or the task has gone.
+async fn cluster(urls: &[String], listen: &Listen, messages: &mpsc::Sender<Message>) -> Ended {
     let (pushes, mut heard) = mpsc::unbounded_channel::<PushInfo>();
     let Ok(client) = ClusterClient::builder(urls.iter().map(String::as_str))
         .use_protocol(redis::ProtocolVersion::RESP3)
@@ -181,10 +209,10 @@ async fn cluster(urls: &[String], listen: &Listen, messages: &mpsc::Sender<Messa
         .retries(1)
         .build()
     else {
-        return false;
+        return Ended::Lost;
     };
     let Ok(Ok(mut conn)) = timeout(listen.limit, client.get_async_connection()).await else {
-        return false;
+        return Ended::Lost;
     };
     // Connections made and dropped while learning the cluster's layout
     // tell of it here: they were never subscribed.
@@ -194,48 +222,56 @@ async fn cluster(urls: &[String], listen: &Listen, messages: &mpsc::Sender<Messa
     // are heard meanwhile.
     let mut pending: Vec<&str> = listen.channels.iter().map(String::as_str).collect();
     if subscribe(&conn, &mut pending, listen.limit).await == 0 {
-        return false;
+        return Ended::Lost;
     }
     if messages.send(Message::Subscribed).await.is_err() {
-        return true;
+        return Ended::Gone;
     }
     let mut check = checks(listen.every);
+    // Pending channels are tried again sooner, at the pace of the task's
+    // refresh while a shard is cut off: a shard's channel is heard again
+    // soon after its replica is promoted, not a whole interval later.
+    let mut retry = checks(listen.retry_every());
     loop {
         tokio::select! {
+            _ = retry.tick(), if !pending.is_empty() => {
+                // One channel tells whether its node answers again. The
+                // rest are subscribed on a fresh connection: subscriptions
+                // made while the connection is still (re)connecting to the
+                // node can land on a connection it drops, and be lost
+                // without a word.
+                let mut first = vec![pending[0]];
+                if subscribe(&conn, &mut first, listen.limit).await > 0 {
+                    return Ended::Reachable;
+                }
+            }
             push = heard.recv() => match push {
-                None => return false,
+                None => return Ended::Lost,
                 Some(push) => match push.kind {
                     PushKind::SMessage => {
                         if let [_, Value::BulkString(payload)] = push.data.as_slice() {
                             if pass_on(payload, messages).await {
-                                return true;
+                                return Ended::Gone;
                             }
                         }
                     }
                     // A node's connection dropped (its subscriptions with
                     // it), or a slot moved and took a channel away.
-                    PushKind::Disconnection | PushKind::SUnsubscribe => return false,
+                    PushKind::Disconnection | PushKind::SUnsubscribe => return Ended::Lost,
                     _ => {}
                 },
             },
             _ = check.tick() => {
+                // A node is known not to answer: the check below would
+                // fail for it until it is replaced.
                 if !pending.is_empty() {
-                    if subscribe(&conn, &mut pending, listen.limit).await > 0
-                        && messages.send(Message::Subscribed).await.is_err()
-                    {
-                        return true;
-                    }
-                    // A node is known not to answer: the check below
-                    // would fail for it until it is replaced.
-                    if !pending.is_empty() {
-                        continue;
-                    }
+                    continue;
                 }
                 // To every primary: one silent node is enough to replace
                 // the whole subscription.
                 let pong = timeout(listen.limit, redis::cmd("PING").query_async::<Value>(&mut conn)).await;
                 if !matches!(pong, Ok(Ok(_))) {
-                    return false;
+                    return Ended::Lost;
                 }
             }
         }
