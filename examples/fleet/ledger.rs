@@ -261,6 +261,12 @@ pub async fn watch_store(
                 format!("Redis unavailable ({error}): running on its local breaker")
             }
             StoreEvent::Restored => "Redis available again: resynced with the fleet".to_owned(),
+            StoreEvent::ShardsUnavailable { shards, error } => format!(
+                "shards {shards:?} unreachable ({error}): their names run locally, the rest stay shared"
+            ),
+            StoreEvent::ShardsRestored { shards } => {
+                format!("shards {shards:?} answer again: their names are shared again")
+            }
             other => format!("{other:?}"),
         };
         ledger.say(format_args!("{}  store: {line}", instance_name(i)));

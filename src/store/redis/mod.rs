@@ -82,6 +82,36 @@
 //!   holds a breaker open longer than its `max_open` (plus the hold below)
 //!   from when the instance began following it, and generations never
 //!   repeat (a lost counter starts again from Redis's clock).
+//! - **Part of a Redis Cluster down.** A failure stays where it is. Each
+//!   index shard's version is read from the node holding its slot, with a
+//!   timeout of its own; a shard whose node does not answer within the
+//!   [`command_timeout`](RedisStoreBuilder::command_timeout) (a master
+//!   killed, frozen or slow, its replica not yet promoted) is cut off
+//!   alone: its
+//!   names run on their local breakers, their writes are dropped and
+//!   counted, its probe locks are not asked for, and the store emits
+//!   [`StoreEvent::ShardsUnavailable`] with the shards cut
+//!   ([`RedisStore::unreachable_shards`], [`StoreStats::unreachable_shards`],
+//!   and with the `metrics` feature the
+//!   `circuit_breaker_store_unreachable_shards` gauge). Every other name
+//!   keeps its shared count, its one prober and its pushes; the store stays
+//!   [available](RedisStore::is_available), and
+//!   [`RedisStore::shares`] tells, for one name, whether it is shared now.
+//!   Only when no shard answers is Redis down, as above. While a shard is
+//!   cut off the versions are read every quarter refresh interval (at
+//!   least two command timeouts, at most the interval), and the subscriber
+//!   tries the shard's channel at the same pace: once Redis has promoted
+//!   the replica, its shards are used again within one such period plus
+//!   one read of their index ([`StoreEvent::ShardsRestored`]), the
+//!   instance's openings on them are shared and the fleet's adopted. A
+//!   write answered with a connection error or a redirection is retried
+//!   once on a fresh slot map; the bound on the whole blind window is
+//!   Redis's own failover time (its `cluster-node-timeout`, 15 s by
+//!   default, plus the election) plus that period. Redis's default
+//!   `cluster-require-full-coverage yes` makes every node refuse commands
+//!   while any slot is uncovered: then no shard answers and the whole store
+//!   runs locally until the promotion. Set it to `no` to keep the other
+//!   shards shared meanwhile.
 //!
 //! # How the state is kept
 //!
