@@ -392,7 +392,7 @@ mod sync;
 #[cfg(feature = "tonic")]
 mod tonic;
 
-pub use breaker::{Breaker, BreakerGroup, Counts, Recorded, Snapshot};
+pub use breaker::{Breaker, BreakerGroup, Control, Counts, Recorded, Snapshot};
 pub use config::{Config, ConfigBuilder, LatencyTo};
 pub use error::{CircuitOpen, ConfigError, HoldsCircuitOpen};
 pub use events::State;

@@ -3,7 +3,6 @@
 //! [`Admin::control`] enables it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State as Shared};
@@ -15,17 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::json::{self, Entry};
 use super::Admin;
 use crate::serialization::parse_duration;
-use crate::Breaker;
-
-/// What an operator may do, as the paths name it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Action {
-    ForceOpen(Option<Duration>),
-    ForceClosed,
-    Disable,
-    Restore,
-    Reset,
-}
+use crate::{Breaker, Control};
 
 const ACTIONS: &str = "force-open, force-closed, disable, restore, reset";
 
@@ -37,48 +26,36 @@ pub(super) struct ControlQuery {
     period: Option<String>,
 }
 
-impl Action {
-    fn read(name: &str, query: ControlQuery) -> Result<Self, (StatusCode, String)> {
-        let period = match (name, query.period) {
-            ("force-open", Some(text)) => Some(parse_duration(&text).map_err(|err| {
-                (
-                    StatusCode::BAD_REQUEST,
-                    format!("`for` must be a duration such as 30s or 5m: {err}"),
-                )
-            })?),
-            (_, Some(_)) => {
-                return Err((
-                    StatusCode::BAD_REQUEST,
-                    "only force-open takes `for`".to_string(),
-                ))
-            }
-            (_, None) => None,
-        };
-        Ok(match name {
-            "force-open" => Action::ForceOpen(period),
-            "force-closed" => Action::ForceClosed,
-            "disable" => Action::Disable,
-            "restore" => Action::Restore,
-            "reset" => Action::Reset,
-            other => {
-                return Err((
-                    StatusCode::NOT_FOUND,
-                    format!("no action {other:?}; the actions are {ACTIONS}"),
-                ))
-            }
-        })
-    }
-
-    /// Does it; returns whether the breaker's state changed.
-    fn apply(self, breaker: &Breaker) -> bool {
-        match self {
-            Action::ForceOpen(period) => breaker.force_open(period),
-            Action::ForceClosed => breaker.force_closed(),
-            Action::Disable => breaker.disable(),
-            Action::Restore => breaker.restore(),
-            Action::Reset => breaker.reset(),
+/// The control a path names, with `force-open`'s period.
+fn read_action(name: &str, query: ControlQuery) -> Result<Control, (StatusCode, String)> {
+    let period = match (name, query.period) {
+        ("force-open", Some(text)) => Some(parse_duration(&text).map_err(|err| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("`for` must be a duration such as 30s or 5m: {err}"),
+            )
+        })?),
+        (_, Some(_)) => {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "only force-open takes `for`".to_string(),
+            ))
         }
-    }
+        (_, None) => None,
+    };
+    Ok(match name {
+        "force-open" => Control::ForceOpen(period),
+        "force-closed" => Control::ForceClosed,
+        "disable" => Control::Disable,
+        "restore" => Control::Restore,
+        "reset" => Control::Reset,
+        other => {
+            return Err((
+                StatusCode::NOT_FOUND,
+                format!("no action {other:?}; the actions are {ACTIONS}"),
+            ))
+        }
+    })
 }
 
 /// Whether a control request may come from where it says it comes from. A
@@ -122,10 +99,10 @@ fn checked(
     headers: &HeaderMap,
     action: &str,
     query: Result<Query<ControlQuery>, QueryRejection>,
-) -> Result<Action, (StatusCode, String)> {
+) -> Result<Control, (StatusCode, String)> {
     from_this_site(headers)?;
     let Query(query) = query.map_err(|e| (StatusCode::BAD_REQUEST, e.body_text()))?;
-    Action::read(action, query)
+    read_action(action, query)
 }
 
 /// `POST /breakers/{name}/{action}`.
@@ -179,7 +156,7 @@ pub(super) async fn by_query(
 ) -> Response {
     let checked = from_this_site(&headers).and_then(|()| {
         let Query(query) = query.map_err(|e| (StatusCode::BAD_REQUEST, e.body_text()))?;
-        let action = Action::read(
+        let action = read_action(
             &action_name,
             ControlQuery {
                 period: query.period,
@@ -199,7 +176,7 @@ pub(super) async fn by_query(
 }
 
 /// Carries out `action` on the breaker named `name`.
-fn on_breaker(admin: &Admin, name: String, action_name: String, action: Action) -> Response {
+fn on_breaker(admin: &Admin, name: String, action_name: String, action: Control) -> Response {
     let Some(breaker) = admin.source.find(&name) else {
         return json::error(
             StatusCode::NOT_FOUND,
@@ -212,7 +189,7 @@ fn on_breaker(admin: &Admin, name: String, action_name: String, action: Action) 
         changed: bool,
         breaker: Entry,
     }
-    let changed = action.apply(&breaker);
+    let changed = breaker.control(action);
     tracing::info!(breaker = ?name, action = ?action_name, changed, "circuit breaker controlled through the admin endpoint");
     json::respond(
         StatusCode::OK,
@@ -225,7 +202,7 @@ fn on_breaker(admin: &Admin, name: String, action_name: String, action: Action) 
 }
 
 /// Carries out `action` on every breaker whose name starts with `prefix`.
-fn on_group(admin: &Admin, prefix: String, action_name: String, action: Action) -> Response {
+fn on_group(admin: &Admin, prefix: String, action_name: String, action: Control) -> Response {
     let breakers: Vec<Breaker> = admin
         .source
         .breakers()
@@ -239,7 +216,7 @@ fn on_group(admin: &Admin, prefix: String, action_name: String, action: Action) 
         matched: usize,
         changed: usize,
     }
-    let changed = breakers.iter().filter(|b| action.apply(b)).count();
+    let changed = breakers.iter().filter(|b| b.control(action)).count();
     tracing::info!(prefix = ?prefix, action = ?action_name, matched = breakers.len(), changed, "circuit breakers controlled through the admin endpoint");
     json::respond(
         StatusCode::OK,
@@ -255,6 +232,7 @@ fn on_group(admin: &Admin, prefix: String, action_name: String, action: Action) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         pairs
@@ -291,19 +269,19 @@ mod tests {
     #[test]
     fn actions_are_read_with_their_period() {
         let read = |name: &str, period: Option<&str>| {
-            Action::read(
+            read_action(
                 name,
                 ControlQuery {
                     period: period.map(str::to_string),
                 },
             )
         };
-        assert_eq!(read("force-open", None), Ok(Action::ForceOpen(None)));
+        assert_eq!(read("force-open", None), Ok(Control::ForceOpen(None)));
         assert_eq!(
             read("force-open", Some("90s")),
-            Ok(Action::ForceOpen(Some(Duration::from_secs(90))))
+            Ok(Control::ForceOpen(Some(Duration::from_secs(90))))
         );
-        assert_eq!(read("reset", None), Ok(Action::Reset));
+        assert_eq!(read("reset", None), Ok(Control::Reset));
         assert_eq!(
             read("reset", Some("1s")).unwrap_err().0,
             StatusCode::BAD_REQUEST

@@ -17,7 +17,8 @@ use crate::config::Config;
 use crate::events::{State, Transition};
 use crate::outcome::Verdict;
 use crate::policy::{PolicyFigures, TripReason};
-use shared::{Command, Shared};
+pub use shared::Control;
+use shared::Shared;
 
 /// A cheap, cloneable handle to one breaker's state.
 ///
@@ -116,31 +117,37 @@ impl Breaker {
     /// assert_eq!(breaker.state(), State::Open);
     /// ```
     pub fn force_open(&self, period: Option<Duration>) -> bool {
-        self.shared.command(Command::ForceOpen(period))
+        self.shared.command(Control::ForceOpen(period))
     }
 
     /// Holds the breaker closed until [`restore`](Self::restore): every call
     /// goes through; failures are counted but never open it.
     pub fn force_closed(&self) -> bool {
-        self.shared.command(Command::ForceClosed)
+        self.shared.command(Control::ForceClosed)
     }
 
     /// Switches the breaker off until [`restore`](Self::restore): every call
     /// goes through and nothing is recorded.
     pub fn disable(&self) -> bool {
-        self.shared.command(Command::Disable)
+        self.shared.command(Control::Disable)
     }
 
     /// Hands a breaker held open, held closed or disabled back to automatic
     /// control, closed. Does nothing to a breaker under automatic control.
     pub fn restore(&self) -> bool {
-        self.shared.command(Command::Restore)
+        self.shared.command(Control::Restore)
     }
 
     /// Closes the breaker from any state and forgets its past: the policy's
     /// counters, the backoff, any announced retry-after.
     pub fn reset(&self) -> bool {
-        self.shared.command(Command::Reset)
+        self.shared.command(Control::Reset)
+    }
+
+    /// Carries out `control`, as the method of its name does; returns
+    /// whether the state changed.
+    pub fn control(&self, control: Control) -> bool {
+        self.shared.command(control)
     }
 
     /// Opens the breaker because code outside its calls saw the dependency

@@ -41,7 +41,7 @@ mod snapshot;
 mod tally;
 mod transition;
 
-pub(crate) use manual::Command;
+pub use manual::Control;
 pub(crate) use prober::{Prober, Turn};
 use probes::ProbeBook;
 pub(crate) use probes::Ticket;

@@ -16,6 +16,10 @@
 
 mod fleet;
 pub mod memory;
+mod steer;
+
+pub use steer::{Fleet, FleetError, FleetOpening, FleetState};
+pub(crate) use steer::{Pending, Steer};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;

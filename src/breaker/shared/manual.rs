@@ -14,11 +14,28 @@ use crate::breaker::state::{Manual, Tag, Word};
 use crate::millis::millis_up;
 use crate::policy::TripReason;
 
-/// What an operator asked for.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Command {
-    /// Open now; with a period, for that long (then probing as usual),
-    /// without one, until restored whatever the clock says.
+/// What an operator does to a breaker: [`Breaker::control`] on one
+/// instance, or, through a fleet store, on every instance at once (see
+/// [`store::Fleet`](crate::store::Fleet)). Each is the [`Breaker`] method
+/// of the same name.
+///
+/// [`Breaker`]: crate::Breaker
+/// [`Breaker::control`]: crate::Breaker::control
+///
+/// ```
+/// use tower_circuit_breaker::{Breaker, Config, Control, State};
+///
+/// let breaker = Breaker::new(Config::default());
+/// assert!(breaker.control(Control::ForceOpen(None)));
+/// assert_eq!(breaker.state(), State::ForcedOpen);
+/// assert!(breaker.control(Control::Restore));
+/// assert_eq!(breaker.state(), State::Closed);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Control {
+    /// Open now; with a period, for that long (capped by `max_open`, then
+    /// probing as usual), without one, until restored whatever the clock
+    /// says.
     ForceOpen(Option<Duration>),
     /// Closed until restored: failures are counted, never trip it.
     ForceClosed,
@@ -32,40 +49,54 @@ pub(crate) enum Command {
     Reset,
 }
 
+impl Control {
+    /// The name the admin endpoint's routes give it: `force-open`,
+    /// `force-closed`, `disable`, `restore` or `reset`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Control::ForceOpen(_) => "force-open",
+            Control::ForceClosed => "force-closed",
+            Control::Disable => "disable",
+            Control::Restore => "restore",
+            Control::Reset => "reset",
+        }
+    }
+}
+
 impl Shared {
     /// Carries out `command`; returns whether the state changed.
-    pub(crate) fn command(&self, command: Command) -> bool {
+    pub(crate) fn command(&self, command: Control) -> bool {
         let mut book = self.lock();
         let now = self.now_ms();
         let mut w = self.load();
         loop {
             let next = match (command, w.tag()) {
-                (Command::ForceOpen(Some(period)), _) => {
+                (Control::ForceOpen(Some(period)), _) => {
                     let until = now.saturating_add(millis_up(period.min(book.config.max_open())));
                     Word::open(w.next_generation(), until)
                 }
-                (Command::ForceOpen(None), Tag::Manual) if w.manual_mode() == Manual::Isolated => {
+                (Control::ForceOpen(None), Tag::Manual) if w.manual_mode() == Manual::Isolated => {
                     return false
                 }
-                (Command::ForceOpen(None), _) => {
+                (Control::ForceOpen(None), _) => {
                     Word::manual(w.next_generation(), Manual::Isolated)
                 }
-                (Command::ForceClosed, Tag::Manual) if w.manual_mode() == Manual::ForcedClosed => {
+                (Control::ForceClosed, Tag::Manual) if w.manual_mode() == Manual::ForcedClosed => {
                     return false
                 }
-                (Command::ForceClosed, _) => {
+                (Control::ForceClosed, _) => {
                     Word::manual(w.next_generation(), Manual::ForcedClosed)
                 }
-                (Command::Disable, Tag::Manual) if w.manual_mode() == Manual::Disabled => {
+                (Control::Disable, Tag::Manual) if w.manual_mode() == Manual::Disabled => {
                     return false
                 }
-                (Command::Disable, _) => Word::manual(w.next_generation(), Manual::Disabled),
-                (Command::Restore, Tag::Manual)
-                | (Command::Reset, Tag::Open | Tag::HalfOpen | Tag::Manual) => {
+                (Control::Disable, _) => Word::manual(w.next_generation(), Manual::Disabled),
+                (Control::Restore, Tag::Manual)
+                | (Control::Reset, Tag::Open | Tag::HalfOpen | Tag::Manual) => {
                     Word::closed(w.next_generation())
                 }
-                (Command::Restore, _) => return false,
-                (Command::Reset, _) => {
+                (Control::Restore, _) => return false,
+                (Control::Reset, _) => {
                     // Already closed: no transition, but forget the past.
                     self.reset_policy(&mut book);
                     book.attempt = 0;

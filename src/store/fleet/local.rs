@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::Reply;
 use crate::breaker::shared::Shared;
 use crate::millis::millis;
+use crate::Control;
 
 /// The local breakers of one name, and this instance's turn at its probe
 /// lock.
@@ -20,6 +21,9 @@ pub(crate) struct LocalBreakers {
     pub(crate) next_probe: Option<Instant>,
     /// The fleet generation whose probe lock this instance holds.
     pub(crate) won: Option<u64>,
+    /// The fleet-wide control of the name as last carried out here: the
+    /// change that made it (its id in the fleet) and what it is.
+    pub(crate) control: Option<(u64, Control)>,
 }
 
 impl LocalBreakers {
@@ -32,6 +36,51 @@ impl LocalBreakers {
     pub(crate) fn live(&mut self) -> Vec<Arc<Shared>> {
         self.prune();
         self.breakers.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// A breaker of the name attached here, the fleet's control of the
+    /// name being `control`: it carries out the control in force (not a
+    /// reset, which is over), as its elder siblings did.
+    pub(crate) fn join(&mut self, breaker: Weak<Shared>, control: Option<(u64, Control)>) {
+        if let (Some((_, held)), Some(new)) = (control, breaker.upgrade()) {
+            if held != Control::Reset {
+                new.command(held);
+            }
+        }
+        self.breakers.push(breaker);
+        self.control = control;
+    }
+
+    /// The fleet's control of the name is now `control` (`None`: none):
+    /// carries out what changed on every breaker. A new control is carried
+    /// out whatever an operator did here since; the end of one restores
+    /// the breakers it held (a hold made on this instance alone, under no
+    /// fleet control, is left alone).
+    pub(crate) fn control(&mut self, control: Option<(u64, Control)>) {
+        if self.control == control {
+            return;
+        }
+        let before = std::mem::replace(&mut self.control, control);
+        let breakers = self.live();
+        match control {
+            Some((_, Control::Reset)) => {
+                self.close(&breakers, None, 0);
+                for breaker in &breakers {
+                    breaker.command(Control::Reset);
+                }
+            }
+            Some((_, held)) => {
+                for breaker in &breakers {
+                    breaker.command(held);
+                }
+            }
+            None if before.is_some_and(|(_, held)| held != Control::Reset) => {
+                for breaker in &breakers {
+                    breaker.command(Control::Restore);
+                }
+            }
+            None => {}
+        }
     }
 
     /// The fleet closed (generation `generation` if known, with `failures`

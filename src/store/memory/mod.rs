@@ -101,8 +101,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::error::ConfigError;
-use crate::store::fleet::{self, Link, LinkSettings, Queue};
-use crate::Breaker;
+use crate::millis::millis;
+use crate::store::fleet::{self, Args, Link, LinkSettings, Queue};
+use crate::store::{FleetError, FleetState, Pending, Steer};
+use crate::{Breaker, Control};
 use state::{Caller, Fleet, News};
 use task::{Task, Timing};
 
@@ -223,6 +225,8 @@ pub struct MemoryStore {
 
 pub(crate) struct Inner {
     id: Caller,
+    /// Its name in the fleet's state.
+    name: String,
     fleet: Arc<FleetInner>,
     queue: Arc<Queue>,
     /// The task's news: attachments come this way, in order with what the
@@ -377,9 +381,14 @@ impl MemoryFleet {
 
     fn join(&self, name: Option<&str>) -> MemoryStore {
         let (inbox, news) = mpsc::unbounded_channel();
-        let id = self.inner.lock().join(inbox.downgrade(), name);
+        let (id, name) = {
+            let mut fleet = self.inner.lock();
+            let id = fleet.join(inbox.downgrade(), name);
+            (id, fleet.name_of(id.instance))
+        };
         let inner = Arc::new(Inner {
             id,
+            name,
             fleet: Arc::clone(&self.inner),
             queue: Arc::new(Queue::new(self.inner.queue_capacity)),
             inbox,
@@ -516,12 +525,14 @@ impl MemoryStore {
         // change after it.
         let mut fleet = self.inner.fleet.lock();
         let state = fleet.read(&key, Instant::now());
+        let control = fleet.control_of(&key);
         // The task stops only once every handle is gone, and this is one:
         // sending cannot fail while the runtime runs.
         let _ = self.inner.inbox.send(News::Attached {
             key,
             breaker: Arc::downgrade(&breaker.shared),
             state,
+            control,
         });
         drop(fleet);
         true
@@ -532,6 +543,48 @@ impl MemoryStore {
         breaker.shared.has_link()
     }
 
+    /// Carries out `control` on the breakers named `name` of every
+    /// instance of the fleet: see [`Fleet`] for what each control does
+    /// fleet-wide. Every instance's task (this one's too) carries it out
+    /// as soon as it runs, in order with the fleet's other changes; an
+    /// instance that attaches a breaker of that name later carries it out
+    /// on attaching. The fleet is memory: this never fails.
+    pub async fn control(&self, name: &str, control: Control) -> Result<(), FleetError> {
+        let timing = &self.inner.fleet.timing;
+        let open_ms = match control {
+            Control::ForceOpen(Some(period)) => millis(period),
+            _ => 0,
+        };
+        let open = Args {
+            open_ms,
+            keep_ms: open_ms
+                .saturating_add(60_000)
+                .saturating_add(millis(timing.lease)),
+            ..Args::default()
+        };
+        self.inner
+            .fleet
+            .lock()
+            .control(&Arc::from(name), control, &open, Instant::now());
+        Ok(())
+    }
+
+    /// Everything the fleet keeps of the breaker named `name` now: its
+    /// opening, its shared failure count, the instance holding the probe
+    /// lease, the votes toward a quorum, and the fleet-wide control in
+    /// force. Instances are named by their number (`3`), after their name
+    /// when they have one (`pod-a/3`).
+    pub async fn fleet_state(&self, name: &str) -> Result<FleetState, FleetError> {
+        Ok(self.inner.fleet.lock().inspect(name, Instant::now()))
+    }
+
+    /// This instance's name in the fleet's state, as
+    /// [`fleet_state`](Self::fleet_state) names the holder of a probe
+    /// lease.
+    pub fn instance(&self) -> String {
+        self.inner.name.clone()
+    }
+
     /// This instance's counters.
     pub fn stats(&self) -> MemoryStoreStats {
         let s = &self.inner.stats;
@@ -540,6 +593,40 @@ impl MemoryStore {
             dropped_writes: self.inner.queue.dropped.load(Ordering::Relaxed),
             probe_locks_won: s.probe_locks_won.load(Ordering::Relaxed),
         }
+    }
+}
+
+impl Steer for MemoryStore {
+    fn control(&self, name: &str, control: Control) -> Pending<Result<(), FleetError>> {
+        let store = self.clone();
+        let name = name.to_owned();
+        Box::pin(async move { store.control(&name, control).await })
+    }
+
+    fn state(&self, name: &str) -> Pending<Result<FleetState, FleetError>> {
+        let store = self.clone();
+        let name = name.to_owned();
+        Box::pin(async move { store.fleet_state(&name).await })
+    }
+
+    fn instance(&self) -> &str {
+        &self.inner.name
+    }
+
+    fn shares(&self, _name: &str) -> bool {
+        true
+    }
+}
+
+impl From<MemoryStore> for crate::store::Fleet {
+    fn from(store: MemoryStore) -> Self {
+        crate::store::Fleet::new(Arc::new(store))
+    }
+}
+
+impl From<&MemoryStore> for crate::store::Fleet {
+    fn from(store: &MemoryStore) -> Self {
+        crate::store::Fleet::new(Arc::new(store.clone()))
     }
 }
 

@@ -20,6 +20,8 @@ use tokio::time::Instant;
 use crate::breaker::shared::Shared;
 use crate::millis::millis_up;
 use crate::store::fleet::{settle, Args, Op, Reply, Write};
+use crate::store::{FleetOpening, FleetState};
+use crate::Control;
 
 /// Which instance of the fleet: the probe lease's holder, and whom news
 /// goes to. A new one for every instance made.
@@ -39,17 +41,24 @@ pub(crate) struct Caller {
 /// What an instance's task takes in, in the order the fleet decided it.
 pub(crate) enum News {
     /// A breaker attached on this instance, and the fleet's state of its
-    /// name when it was.
+    /// name when it was, with the control in force.
     Attached {
         key: Arc<str>,
         breaker: Weak<Shared>,
         state: Reply,
+        control: Option<(u64, Control)>,
     },
     /// The fleet's answer to this instance, or the fleet's new state of a
     /// name another instance changed.
     Reply { key: Arc<str>, reply: Reply },
     /// Another instance's probe closed fleet generation `generation`.
     Closed { key: Arc<str>, generation: u64 },
+    /// An operator's fleet-wide control of the name is now `control`: the
+    /// change that made it, and what it is (`None`: restored).
+    Controlled {
+        key: Arc<str>,
+        control: Option<(u64, Control)>,
+    },
 }
 
 /// The fleet's opening of one name (Redis: its `record` hash).
@@ -88,6 +97,9 @@ struct Record {
     /// counts as failing (Redis: `votes`).
     votes: Vec<(VoterId, Instant)>,
     lease: Option<Lease>,
+    /// An operator's fleet-wide hold (Redis: the index's `!<name>`
+    /// field), kept until restored or reset.
+    control: Option<(u64, Control)>,
 }
 
 impl Record {
@@ -121,6 +133,7 @@ impl Record {
             && self.failures.is_none()
             && self.votes.is_empty()
             && self.lease.is_none()
+            && self.control.is_none()
     }
 
     /// Instances failing at once: those whose failures the count holds,
@@ -197,15 +210,22 @@ pub(crate) struct Fleet {
     /// number after `last_voter`.
     voters: HashMap<Arc<str>, VoterId>,
     last_voter: VoterId,
+    /// Each instance's name in the fleet's state as an operator reads it.
+    names: HashMap<InstanceId, String>,
+    /// Operators' controls come from one counter: each is told apart
+    /// from the one before.
+    last_control: u64,
     /// Records when expired ones were last swept out.
     swept_at: usize,
 }
 
 /// What changed, for the other instances.
+#[derive(Clone, Copy)]
 enum Change {
     Opened(Reply),
     Closed(u64),
     Count(u64),
+    Controlled(Option<(u64, Control)>),
 }
 
 impl Fleet {
@@ -229,9 +249,111 @@ impl Fleet {
                 self.last_voter
             }
         };
-        Caller {
-            instance: self.last_instance,
-            voter,
+        let instance = self.last_instance;
+        self.names.insert(
+            instance,
+            match name {
+                Some(name) => format!("{name}/{instance}"),
+                None => instance.to_string(),
+            },
+        );
+        Caller { instance, voter }
+    }
+
+    /// The name of `instance`, as [`Fleet::inspect`] gives it.
+    pub(crate) fn name_of(&self, instance: InstanceId) -> String {
+        self.names
+            .get(&instance)
+            .cloned()
+            .unwrap_or_else(|| instance.to_string())
+    }
+
+    /// The voter's name: its instances' name when they have one, else its
+    /// number.
+    fn voter_name(&self, voter: VoterId) -> String {
+        self.voters
+            .iter()
+            .find(|(_, v)| **v == voter)
+            .map_or_else(|| voter.to_string(), |(name, _)| name.to_string())
+    }
+
+    /// The control in force on `key`.
+    pub(crate) fn control_of(&self, key: &str) -> Option<(u64, Control)> {
+        self.records.get(key).and_then(|r| r.control)
+    }
+
+    /// An operator's fleet-wide `control` of `key`, told to every instance
+    /// (the caller's included) as any change is; `open` are the arguments
+    /// of an opening for a period.
+    pub(crate) fn control(&mut self, key: &Arc<str>, control: Control, open: &Args, now: Instant) {
+        let record = self.records.entry(Arc::clone(key)).or_default();
+        record.expire(now);
+        let mut changes = Vec::new();
+        match control {
+            Control::ForceOpen(Some(_)) => {
+                if record.control.take().is_some() {
+                    changes.push(Change::Controlled(None));
+                }
+                let (_, opened) = open_record(record, &mut self.last_generation, open, 0, now);
+                changes.extend(opened);
+            }
+            Control::Restore => {
+                record.control = None;
+                changes.push(Change::Controlled(None));
+            }
+            Control::Reset => {
+                *record = Record::default();
+                self.last_control += 1;
+                changes.push(Change::Controlled(Some((self.last_control, control))));
+            }
+            held => {
+                self.last_control += 1;
+                record.control = Some((self.last_control, held));
+                changes.push(Change::Controlled(record.control));
+            }
+        }
+        if record.is_empty() {
+            self.records.remove(key);
+        }
+        for change in changes {
+            // From nobody: every instance hears it, the caller's too.
+            self.announce(0, key, change);
+        }
+    }
+
+    /// Everything the fleet keeps of `key`, `now`.
+    pub(crate) fn inspect(&mut self, key: &str, now: Instant) -> FleetState {
+        let Some(record) = self.records.get_mut(key) else {
+            return FleetState::default();
+        };
+        record.expire(now);
+        let left =
+            |at: Option<Instant>| at.map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+        let opening = record.opening.as_ref().map(|o| FleetOpening {
+            generation: o.generation,
+            attempt: o.attempt,
+            open_for: left(record.open_until),
+            kept_for: left(Some(o.until)),
+            min_open_for: left(record.min_open_until),
+            probe_successes: u32::try_from(o.successes).unwrap_or(u32::MAX),
+        });
+        let (failures, failing, votes, lease, control) = (
+            record.failures(),
+            record.failing.clone(),
+            record.votes.iter().map(|(who, _)| *who).collect::<Vec<_>>(),
+            record
+                .lease
+                .as_ref()
+                .map(|l| (l.holder, left(Some(l.until)))),
+            record.control,
+        );
+        FleetState {
+            opening,
+            failures,
+            failing: failing.into_iter().map(|v| self.voter_name(v)).collect(),
+            votes: votes.into_iter().map(|v| self.voter_name(v)).collect(),
+            prober: lease.map(|(holder, left)| (self.name_of(holder), left)),
+            control: control.and_then(|(_, c)| (c != Control::Reset).then_some(c)),
         }
     }
 
@@ -309,6 +431,7 @@ impl Fleet {
                         reply: Reply::Closed { failures },
                     },
                     Change::Closed(generation) => News::Closed { key, generation },
+                    Change::Controlled(control) => News::Controlled { key, control },
                 };
                 // Only fails if the task has just ended.
                 let _ = inbox.send(news);
@@ -363,7 +486,7 @@ fn operate(
                     Some(Change::Count(count)),
                 );
             }
-            open(record, last_generation, args, 0, now)
+            open_record(record, last_generation, args, 0, now)
         }
         Op::Reset => {
             if record.opening.is_none() && record.forget_failures() {
@@ -387,7 +510,7 @@ fn operate(
                 };
                 (declined, None)
             }
-            _ => open(record, last_generation, args, args.attempt, now),
+            _ => open_record(record, last_generation, args, args.attempt, now),
         },
         Op::Probe => {
             let (generation, attempt) = match &record.opening {
@@ -441,7 +564,10 @@ fn operate(
             if opening.successes >= u64::from(args.successes.max(1))
                 && record.min_open_until.is_none()
             {
-                *record = Record::default();
+                *record = Record {
+                    control: record.control,
+                    ..Record::default()
+                };
                 return (
                     Reply::Closed { failures: 0 },
                     Some(Change::Closed(generation)),
@@ -473,7 +599,7 @@ fn operate(
 
 /// The script's `open(attempt)`: a new fleet generation, open for
 /// `open_ms`, the count and the lease forgotten.
-fn open(
+fn open_record(
     record: &mut Record,
     last_generation: &mut u64,
     args: &Args,

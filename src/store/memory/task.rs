@@ -170,14 +170,19 @@ impl Task {
                 key,
                 breaker,
                 state,
+                control,
             } => {
                 self.entries
                     .entry(Arc::clone(&key))
                     .or_default()
-                    .breakers
-                    .push(breaker);
+                    .join(breaker, control);
                 self.apply(&key, state);
                 self.sweep();
+            }
+            News::Controlled { key, control } => {
+                if let Some(entry) = self.entries.get_mut(&key) {
+                    entry.control(control);
+                }
             }
             News::Reply { key, reply } => self.apply(&key, reply),
             News::Closed { key, generation } => {

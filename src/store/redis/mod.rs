@@ -239,11 +239,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::error::ConfigError;
 use crate::store::fleet::{self, Link, LinkSettings, Queue};
-use crate::Breaker;
+use crate::store::{Fleet, FleetError, FleetState, Pending, Steer};
+use crate::{Breaker, Control};
 
 /// Breaker state shared by a fleet through Redis. Cheap to clone; the
 /// background task stops when the last clone is dropped.
@@ -290,7 +291,7 @@ pub(crate) struct Inner {
     shards: u16,
     queue: Arc<Queue>,
     settings: Arc<LinkSettings>,
-    attach: mpsc::UnboundedSender<task::Attached>,
+    requests: mpsc::UnboundedSender<task::Request>,
     events: broadcast::Sender<StoreEvent>,
     pub(crate) stats: Stats,
     /// The index shards cut off from the fleet, by shard.
@@ -508,11 +509,58 @@ impl RedisStore {
         }
         // The task has stopped only if every store handle is gone, and this
         // is one: sending cannot fail.
-        let _ = self.inner.attach.send(task::Attached {
-            escaped,
-            breaker: Arc::downgrade(&breaker.shared),
-        });
+        let _ = self
+            .inner
+            .requests
+            .send(task::Request::Attach(task::Attached {
+                escaped,
+                breaker: Arc::downgrade(&breaker.shared),
+            }));
         true
+    }
+
+    /// Carries out `control` on the breakers named `name` of every
+    /// instance of the fleet: see [`Fleet`] for what each control does
+    /// fleet-wide. Written to Redis in one script, which publishes it: this
+    /// instance's breakers carry it out when it returns, the others' as
+    /// they hear it (within milliseconds), or at the latest at their next
+    /// refresh; an instance that attaches a breaker of that name later
+    /// carries it out on attaching. Fails, changing nothing, when Redis
+    /// does not answer for the name's shard within the command timeout.
+    ///
+    /// ```no_run
+    /// use tower_circuit_breaker::store::redis::RedisStore;
+    /// use tower_circuit_breaker::Control;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::builder("redis://127.0.0.1:6379").prefix("gateway").build()?;
+    /// store.control("openai/gpt-x", Control::ForceOpen(None)).await?; // every instance
+    /// store.control("openai/gpt-x", Control::Restore).await?; // undone everywhere
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn control(&self, name: &str, control: Control) -> Result<(), FleetError> {
+        let (answer, answered) = oneshot::channel();
+        let _ = self.inner.requests.send(task::Request::Control {
+            escaped: Arc::from(keys::escape(name)),
+            control,
+            answer,
+        });
+        answered.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// Everything the fleet keeps of the breaker named `name`, read from
+    /// Redis now: its opening (generation, what is left of the period,
+    /// when it is forgotten), its shared failure count, the instance
+    /// holding the probe lock, the votes toward a quorum, and the
+    /// fleet-wide control in force.
+    pub async fn fleet_state(&self, name: &str) -> Result<FleetState, FleetError> {
+        let (answer, answered) = oneshot::channel();
+        let _ = self.inner.requests.send(task::Request::Inspect {
+            escaped: Arc::from(keys::escape(name)),
+            answer,
+        });
+        answered.await.unwrap_or_else(|_| Err(stopped()))
     }
 
     /// Whether `breaker` reports to a store.
@@ -765,7 +813,7 @@ impl RedisStoreBuilder {
                 (random.clone(), random)
             }
         };
-        let (attach, attached) = mpsc::unbounded_channel();
+        let (requests, received) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             prefix: self.prefix,
             instance,
@@ -778,7 +826,7 @@ impl RedisStoreBuilder {
                 probe_lease: self.probe_lease,
                 quorum: self.quorum,
             }),
-            attach,
+            requests,
             events: broadcast::channel(16).0,
             stats: Stats::default(),
             unreachable: (0..self.index_shards)
@@ -788,7 +836,7 @@ impl RedisStoreBuilder {
         let task = task::Task::new(
             backend,
             &inner,
-            attached,
+            received,
             task::Timing {
                 refresh: self.refresh_interval,
                 hold: self.hold,
@@ -798,6 +846,45 @@ impl RedisStoreBuilder {
         );
         runtime.spawn(task.run());
         Ok(RedisStore { inner })
+    }
+}
+
+/// The store's task has stopped (the runtime it ran on shut down).
+fn stopped() -> FleetError {
+    FleetError::new("the store's task has stopped")
+}
+
+impl Steer for RedisStore {
+    fn control(&self, name: &str, control: Control) -> Pending<Result<(), FleetError>> {
+        let store = self.clone();
+        let name = name.to_owned();
+        Box::pin(async move { store.control(&name, control).await })
+    }
+
+    fn state(&self, name: &str) -> Pending<Result<FleetState, FleetError>> {
+        let store = self.clone();
+        let name = name.to_owned();
+        Box::pin(async move { store.fleet_state(&name).await })
+    }
+
+    fn instance(&self) -> &str {
+        RedisStore::instance(self)
+    }
+
+    fn shares(&self, name: &str) -> bool {
+        RedisStore::shares(self, name)
+    }
+}
+
+impl From<RedisStore> for Fleet {
+    fn from(store: RedisStore) -> Self {
+        Fleet::new(Arc::new(store))
+    }
+}
+
+impl From<&RedisStore> for Fleet {
+    fn from(store: &RedisStore) -> Self {
+        Fleet::new(Arc::new(store.clone()))
     }
 }
 

@@ -47,16 +47,35 @@ pub(crate) enum Message {
         escaped: String,
         generation: u64,
     },
+    /// An operator's fleet-wide control: `kind` as the index writes it
+    /// (`open`, `closed`, `disabled`, `restore`, `reset`).
+    Control {
+        version: u64,
+        escaped: String,
+        kind: String,
+    },
 }
 
 impl Message {
-    /// `open <version> <generation> <open ms> <attempt> <keep ms> <name>`
-    /// or `close <version> <generation> <name>`; anything else is not
-    /// ours.
+    /// `open <version> <generation> <open ms> <attempt> <keep ms> <name>`,
+    /// `close <version> <generation> <name>` or `ctl <version> <kind>
+    /// <name>`; anything else is not ours.
     pub(crate) fn parse(payload: &str) -> Option<Message> {
         let mut words = payload.split(' ');
         let kind = words.next()?;
         let version = words.next()?.parse().ok()?;
+        if kind == "ctl" {
+            let kind = words.next()?;
+            if !matches!(kind, "open" | "closed" | "disabled" | "restore" | "reset") {
+                return None;
+            }
+            let message = Message::Control {
+                version,
+                kind: kind.to_owned(),
+                escaped: words.next()?.to_owned(),
+            };
+            return words.next().is_none().then_some(message);
+        }
         let generation = words.next()?.parse().ok()?;
         let message = match kind {
             "open" => {
@@ -322,8 +341,19 @@ mod tests {
             Message::parse("close 9 3 "),
             Some(Message::Close { ref escaped, .. }) if escaped.is_empty()
         ));
+        assert_eq!(
+            Message::parse("ctl 12 closed a"),
+            Some(Message::Control {
+                version: 12,
+                escaped: "a".to_owned(),
+                kind: "closed".to_owned()
+            })
+        );
         for garbage in [
             "",
+            "ctl 12 explode a",
+            "ctl 12 open",
+            "ctl x open a",
             "open",
             "open 9 x 1 1 1 a",
             "open 9 3 500 1 a",

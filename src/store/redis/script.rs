@@ -32,14 +32,19 @@
 
 use redis::{Script, ScriptInvocation};
 
+use std::time::Duration;
+
 use super::keys::{Keys, Shard};
 use crate::store::fleet::{Args, Op, Reply};
+use crate::store::{FleetOpening, FleetState};
+use crate::Control;
 
 /// `KEYS`: record, wait, min_open, failures, generation, probe_lock, votes,
 /// index, version. `ARGV`: op, channel, escaped name, open_ms,
 /// min_open_ms, keep_ms, attempt, known generation, threshold, window_ms,
 /// lease_ms, instance (the probe lock's holder), successes, quorum,
-/// sharded publish (`1`), voter (whose failures count toward the quorum).
+/// sharded publish (`1`), voter (whose failures count toward the quorum),
+/// and for `control` the control's kind.
 const LUA: &str = r#"
 local op = ARGV[1]
 local name = ARGV[3]
@@ -197,6 +202,36 @@ local function run()
     local lease = redis.call('PTTL', KEYS[6])
     if lease < 0 then lease = 0 end
     return {3, s[2], lease, s[4], 0}
+  elseif op == 'control' then
+    -- An operator's control of the name across the fleet, kept in the
+    -- shard's index under `!<name>` (no escaped name starts with `!`):
+    -- `x <version> <kind> <until>`.
+    local kind = ARGV[17]
+    local field = '!' .. name
+    if kind == 'open_for' then
+      -- An opening like any other, without the quorum: every instance
+      -- follows it, and one probes once it ends. It replaces a hold.
+      if redis.call('HDEL', KEYS[8], field) == 1 then
+        publish('ctl ' .. num(moved()) .. ' restore ' .. name)
+      end
+      return open(0)
+    end
+    local now = now_ms()
+    local v = moved()
+    if kind == 'restore' then
+      redis.call('HDEL', KEYS[8], field)
+    elseif kind == 'reset' then
+      -- The fleet forgets the name; the mark stays for instances that
+      -- read rather than hear it, then goes.
+      redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7])
+      redis.call('HDEL', KEYS[8], name)
+      redis.call('HSET', KEYS[8], field, 'x ' .. num(v) .. ' reset ' .. num(now + tonumber(ARGV[6])))
+    else
+      -- Held until restored: an end far past any outage.
+      redis.call('HSET', KEYS[8], field, 'x ' .. num(v) .. ' ' .. kind .. ' ' .. num(now + 3153600000000))
+    end
+    publish('ctl ' .. num(v) .. ' ' .. kind .. ' ' .. name)
+    return {0, 0, 0, 0, 0}
   end
   return nil
 end
@@ -237,6 +272,29 @@ end
 return out
 "#;
 
+/// Reads everything the fleet keeps of one name, for an operator: `{gen,
+/// attempt, ok, record ttl, wait ttl, min_open ttl, failures, {failing
+/// voters}, probe lock holder, its ttl, {voters whose vote runs}, control
+/// entry}` (absent values empty, times to live as `PTTL` gives them).
+/// `KEYS`: as the change script's. `ARGV`: escaped name.
+const INSPECT_LUA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rec = redis.call('HMGET', KEYS[1], 'gen', 'attempt', 'ok')
+local failing = {}
+for _, field in ipairs(redis.call('HKEYS', KEYS[4])) do
+  if string.sub(field, 1, 2) == 'i:' then failing[#failing + 1] = string.sub(field, 3) end
+end
+return {
+  rec[1] or '', rec[2] or '', rec[3] or '',
+  redis.call('PTTL', KEYS[1]), redis.call('PTTL', KEYS[2]), redis.call('PTTL', KEYS[3]),
+  redis.call('HGET', KEYS[4], 'n') or '0', failing,
+  redis.call('GET', KEYS[6]) or '', redis.call('PTTL', KEYS[6]),
+  redis.call('ZRANGEBYSCORE', KEYS[7], '(' .. string.format('%.0f', now), '+inf'),
+  redis.call('HGET', KEYS[8], '!' .. ARGV[1]) or '',
+}
+"#;
+
 /// Entries asked for per page of an index read (`HSCAN`'s `COUNT`, a
 /// hint: a small hash comes whole). A page of a thousand entries is about
 /// 50 KB and a millisecond of Redis's time.
@@ -246,6 +304,7 @@ pub(crate) const PAGE: usize = 1000;
 pub(crate) struct Scripts {
     pub(crate) change: Script,
     pub(crate) read: Script,
+    pub(crate) inspect: Script,
 }
 
 impl Scripts {
@@ -253,6 +312,7 @@ impl Scripts {
         Scripts {
             change: Script::new(LUA),
             read: Script::new(READ_LUA),
+            inspect: Script::new(INSPECT_LUA),
         }
     }
 }
@@ -287,6 +347,45 @@ pub(crate) fn invocation<'a>(
     names: (Publish<'_>, &str, &str, &str),
     args: &Args,
 ) -> ScriptInvocation<'a> {
+    named_invocation(scripts, keys, op.name(), names, args)
+}
+
+/// One call of the change script's `control` operation, `kind` being
+/// `open_for` (with `args.open_ms`), `open`, `closed`, `disabled`,
+/// `restore` or `reset` (its mark kept `args.keep_ms`).
+pub(crate) fn control_invocation<'a>(
+    scripts: &'a Scripts,
+    keys: &Keys,
+    kind: &str,
+    names: (Publish<'_>, &str, &str, &str),
+    args: &Args,
+) -> ScriptInvocation<'a> {
+    let mut call = named_invocation(scripts, keys, "control", names, args);
+    call.arg(kind);
+    call
+}
+
+/// One read of everything the fleet keeps of one name.
+pub(crate) fn inspect_invocation<'a>(
+    scripts: &'a Scripts,
+    keys: &Keys,
+    escaped: &str,
+) -> ScriptInvocation<'a> {
+    let mut call = scripts.inspect.prepare_invoke();
+    for key in keys.all() {
+        call.key(key);
+    }
+    call.arg(escaped);
+    call
+}
+
+fn named_invocation<'a>(
+    scripts: &'a Scripts,
+    keys: &Keys,
+    op: &str,
+    names: (Publish<'_>, &str, &str, &str),
+    args: &Args,
+) -> ScriptInvocation<'a> {
     let (publish, escaped, instance, voter) = names;
     let mut call = scripts.change.prepare_invoke();
     for key in keys.all() {
@@ -296,7 +395,7 @@ pub(crate) fn invocation<'a>(
         Some(channel) => (channel, "0"),
         None => (keys.shard.channel.as_str(), "1"),
     };
-    call.arg(op.name())
+    call.arg(op)
         .arg(channel)
         .arg(escaped)
         .arg(args.open_ms.max(1))
@@ -369,6 +468,85 @@ impl Reply {
             _ => return None,
         };
         Some((reply, version))
+    }
+}
+
+/// The inspect script's answer as the fleet's state of the name; `None`
+/// when it is not one.
+pub(crate) fn parse_inspect(value: &redis::Value) -> Option<FleetState> {
+    use redis::Value;
+    let Value::Array(items) = value else {
+        return None;
+    };
+    let [gen, attempt, ok, record_ttl, wait_ttl, min_open_ttl, failures, failing, holder, lease_ttl, votes, control] =
+        items.as_slice()
+    else {
+        return None;
+    };
+    let text = |v: &Value| -> Option<String> {
+        match v {
+            Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+            Value::SimpleString(s) => Some(s.clone()),
+            _ => None,
+        }
+    };
+    let number = |v: &Value| -> Option<u64> {
+        match v {
+            Value::Int(i) => u64::try_from(*i).ok(),
+            v => text(v)?.parse().ok(),
+        }
+    };
+    // A time to live: -2 (no key) and -1 (no expiry) read as none.
+    let ttl = |v: &Value| -> Option<Duration> {
+        match v {
+            Value::Int(i) if *i >= 0 => Some(Duration::from_millis(*i as u64)),
+            Value::Int(_) => None,
+            _ => None,
+        }
+    };
+    let names = |v: &Value| -> Option<Vec<String>> {
+        match v {
+            Value::Array(items) => items.iter().map(text).collect(),
+            _ => None,
+        }
+    };
+    let gen = text(gen)?;
+    let opening = if gen.is_empty() {
+        None
+    } else {
+        Some(FleetOpening {
+            generation: gen.parse().ok()?,
+            attempt: u32::try_from(number(attempt).unwrap_or(0)).ok()?,
+            open_for: ttl(wait_ttl).unwrap_or_default(),
+            kept_for: ttl(record_ttl).unwrap_or_default(),
+            min_open_for: ttl(min_open_ttl).unwrap_or_default(),
+            probe_successes: u32::try_from(number(ok).unwrap_or(0)).ok()?,
+        })
+    };
+    let holder = text(holder)?;
+    let prober = (!holder.is_empty()).then(|| (holder, ttl(lease_ttl).unwrap_or_default()));
+    let control = match text(control)?.split(' ').nth(2) {
+        Some(kind) => control_of(kind),
+        None => None,
+    };
+    Some(FleetState {
+        opening,
+        failures: number(failures)?,
+        failing: names(failing)?,
+        votes: names(votes)?,
+        prober,
+        control,
+    })
+}
+
+/// The control a kind in the index stands for, if it holds the breakers
+/// (`reset` is a mark that passes).
+pub(crate) fn control_of(kind: &str) -> Option<Control> {
+    match kind {
+        "open" => Some(Control::ForceOpen(None)),
+        "closed" => Some(Control::ForceClosed),
+        "disabled" => Some(Control::Disable),
+        _ => None,
     }
 }
 

@@ -16,8 +16,10 @@ use std::sync::Arc;
 use redis::Value;
 use tokio::time::Instant;
 
+use super::script::control_of;
 use crate::millis::millis_up;
 use crate::store::fleet::Reply;
+use crate::Control;
 use std::time::Duration;
 
 /// What the view knows of one breaker.
@@ -35,6 +37,9 @@ pub(crate) enum Known {
     Counting { failures: u64 },
     /// Closed: kept while older news of the breaker may still come.
     Closed,
+    /// Under `!<name>`: an operator's fleet-wide control of the name, made
+    /// at shard version `id`.
+    Controlled { control: Control, id: u64 },
 }
 
 /// How a breaker's state differs from another's, for telling the local
@@ -44,6 +49,7 @@ enum Class {
     Open(u64, u32),
     Counting,
     Closed,
+    Controlled(u64),
 }
 
 impl Known {
@@ -56,6 +62,7 @@ impl Known {
             } => Class::Open(generation, attempt),
             Known::Counting { .. } => Class::Counting,
             Known::Closed => Class::Closed,
+            Known::Controlled { id, .. } => Class::Controlled(id),
         }
     }
 
@@ -111,7 +118,7 @@ impl Known {
                 attempt,
             },
             Known::Counting { failures } => Reply::Closed { failures },
-            Known::Closed => Reply::Closed { failures: 0 },
+            Known::Closed | Known::Controlled { .. } => Reply::Closed { failures: 0 },
         }
     }
 }
@@ -227,12 +234,25 @@ impl ShardRead {
     }
 }
 
-/// `o <version> <generation> <attempt> <open until> <kept until>` or
-/// `c <version> <failures> <until>`.
+/// `o <version> <generation> <attempt> <open until> <kept until>`,
+/// `c <version> <failures> <until>`, or (under `!<name>`) `x <version>
+/// <kind> <until>`.
 fn parse_entry(entry: &str, local: &impl Fn(u64) -> Instant) -> Option<Stamped> {
     let mut words = entry.split(' ');
     let kind = words.next()?;
     let version = words.next()?.parse().ok()?;
+    if kind == "x" {
+        let control = match words.next()? {
+            "reset" => Control::Reset,
+            kind => control_of(kind)?,
+        };
+        words.next()?.parse::<u64>().ok()?;
+        let known = Known::Controlled {
+            control,
+            id: version,
+        };
+        return words.next().is_none().then_some(Stamped { version, known });
+    }
     let mut number = || -> Option<u64> { words.next()?.parse().ok() };
     let known = match kind {
         "o" => Known::Open {
@@ -249,6 +269,16 @@ fn parse_entry(entry: &str, local: &impl Fn(u64) -> Instant) -> Option<Stamped> 
         _ => return None,
     };
     words.next().is_none().then_some(Stamped { version, known })
+}
+
+/// The index field of `escaped`'s fleet-wide control.
+pub(crate) fn control_field(escaped: &str) -> String {
+    format!("!{escaped}")
+}
+
+/// The name whose control `field` is, if it is a control's field.
+pub(crate) fn controlled_name(field: &str) -> Option<&str> {
+    field.strip_prefix('!')
 }
 
 /// The view: one [`ShardView`] per shard.
@@ -298,6 +328,19 @@ impl View {
         self.shard(shard)
             .and_then(|s| s.entries.get(escaped))
             .map_or(Reply::Closed { failures: 0 }, |e| e.known.reply(now))
+    }
+
+    /// The fleet-wide control of `escaped` (in `shard`) as the view knows
+    /// it: the shard version that made it, and what it is.
+    pub(crate) fn control(&self, shard: u16, escaped: &str) -> Option<(u64, Control)> {
+        let entry = self
+            .shard(shard)?
+            .entries
+            .get(control_field(escaped).as_str())?;
+        match entry.known {
+            Known::Controlled { control, id } => Some((id, control)),
+            _ => None,
+        }
     }
 
     /// Takes in `known` of `escaped`, true at `version`, unless the view
@@ -500,6 +543,37 @@ mod tests {
         view.heard(0, "b", 6, open);
         assert!(view.is_behind(0, 6));
         assert!(view.open().count() == 2);
+    }
+
+    #[test]
+    fn a_control_is_read_under_its_field_and_gone_once_a_read_lacks_it() {
+        let mut view = View::new(1);
+        let changed = view.install(
+            0,
+            read(
+                4,
+                &[
+                    ("!a", "x 3 open 9999999999"),
+                    ("a", "c 2 1 1060000"),
+                    ("!b", "x 4 reset 1060000"),
+                ],
+            ),
+        );
+        assert_eq!(changed.len(), 3);
+        assert_eq!(view.control(0, "a"), Some((3, Control::ForceOpen(None))));
+        assert_eq!(view.control(0, "b"), Some((4, Control::Reset)));
+        assert_eq!(view.control(0, "c"), None);
+        // The name's own entry is apart from its control.
+        assert_eq!(
+            view.reply(0, "a", Instant::now()),
+            Reply::Closed { failures: 1 }
+        );
+        // Restored: the next read lacks it.
+        let changed = view.install(0, read(6, &[("a", "c 2 1 1060000")]));
+        assert_eq!(changed.len(), 2, "{changed:?}");
+        assert_eq!(view.control(0, "a"), None);
+        assert_eq!(controlled_name("!a"), Some("a"));
+        assert_eq!(controlled_name("a"), None);
     }
 
     #[test]

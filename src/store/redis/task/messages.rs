@@ -36,6 +36,11 @@ impl Task {
                     self.apply(&escaped, reply);
                 }
             }
+            Message::Control {
+                version,
+                escaped,
+                kind,
+            } => self.heard_control(&escaped, version, &kind),
             Message::Close {
                 version,
                 escaped,

@@ -46,11 +46,14 @@ use crate::breaker::shared::Shared;
 use crate::millis::millis;
 use crate::store::fleet::{settle, Args, LocalBreakers, Op, Queue, Reply, Write};
 
+mod control;
 mod messages;
 mod probe;
 mod reach;
 mod refresh;
 mod writes;
+
+pub(crate) use control::Request;
 
 /// A breaker to share, sent by [`RedisStore::attach`](super::RedisStore::attach).
 pub(crate) struct Attached {
@@ -93,7 +96,7 @@ pub(crate) struct Task {
     scripts: Scripts,
     inner: Weak<Inner>,
     queue: Arc<Queue>,
-    attached: mpsc::UnboundedReceiver<Attached>,
+    requests: mpsc::UnboundedReceiver<Request>,
     timing: Timing,
     prefix: String,
     instance: String,
@@ -151,11 +154,11 @@ const BATCH: usize = 256;
 
 impl Task {
     /// The task of the store `inner`; it holds the store only weakly, and
-    /// ends when every handle of it is gone (`attached` closes).
+    /// ends when every handle of it is gone (`requests` closes).
     pub(crate) fn new(
         backend: Backend,
         inner: &Arc<Inner>,
-        attached: mpsc::UnboundedReceiver<Attached>,
+        requests: mpsc::UnboundedReceiver<Request>,
         timing: Timing,
     ) -> Self {
         let shards = inner.shards;
@@ -170,7 +173,7 @@ impl Task {
             scripts: Scripts::new(),
             inner: Arc::downgrade(inner),
             queue: Arc::clone(&inner.queue),
-            attached,
+            requests,
             timing,
             prefix: inner.prefix.clone(),
             instance: inner.instance.clone(),
@@ -225,13 +228,13 @@ impl Task {
                 .next()
                 .map_or(next_refresh, |at| at.min(next_refresh));
             tokio::select! {
-                attached = self.attached.recv() => match attached {
+                request = self.requests.recv() => match request {
                     // Every store handle is gone.
                     None => return,
-                    Some(attached) => {
-                        self.add(attached);
-                        while let Ok(attached) = self.attached.try_recv() {
-                            self.add(attached);
+                    Some(request) => {
+                        self.take(request).await;
+                        while let Ok(request) = self.requests.try_recv() {
+                            self.take(request).await;
                         }
                     }
                 },
@@ -261,6 +264,8 @@ impl Task {
     /// once, if the view holds its shard (otherwise at the first read).
     fn add(&mut self, attached: Attached) {
         let shard = keys::shard_of(&attached.escaped, self.shards);
+        let known =
+            !self.resync && !self.is_down() && !self.is_cut(shard) && self.view.has_read(shard);
         let entry = self
             .entries
             .entry(Arc::clone(&attached.escaped))
@@ -268,10 +273,14 @@ impl Task {
                 shard,
                 local: LocalBreakers::default(),
             });
-        entry.local.breakers.push(attached.breaker);
-        if !self.resync && !self.is_down() && !self.is_cut(shard) && self.view.has_read(shard) {
+        if known {
+            let control = self.view.control(shard, &attached.escaped);
+            entry.local.join(attached.breaker, control);
             let reply = self.view.reply(shard, &attached.escaped, Instant::now());
             self.apply(&attached.escaped, reply);
+        } else {
+            let control = entry.local.control;
+            entry.local.join(attached.breaker, control);
         }
         self.sweep(false);
     }

@@ -2,6 +2,7 @@
 //! version moved, a page at a time.
 
 use super::*;
+use crate::store::redis::view::controlled_name;
 
 impl Task {
     /// One step of a refresh. A refresh reads the shards' versions (one
@@ -88,6 +89,7 @@ impl Task {
                 .map(|(name, e)| (e.shard, Arc::clone(name)))
                 .collect();
             for (shard, name) in names {
+                self.apply_control(&name);
                 let reply = self.view.reply(shard, &name, now);
                 self.apply(&name, reply);
             }
@@ -110,11 +112,11 @@ impl Task {
         } else {
             Vec::new()
         };
+        // Controls first: a hold's end lets the breakers follow the
+        // fleet's state that comes with it.
+        changed.sort_by_key(|(_, name)| controlled_name(name).is_none());
         for (shard, name) in changed.into_iter().chain(idle) {
-            if self.entries.contains_key(&name) {
-                let reply = self.view.reply(shard, &name, now);
-                self.apply(&name, reply);
-            }
+            self.apply_change(shard, &name, now);
         }
     }
 
