@@ -23,11 +23,14 @@ const ACTIONS: &str = "force-open, force-closed, disable, restore, reset";
 pub(super) struct ControlQuery {
     /// For `force-open`: how long, as the `serde` feature writes durations.
     #[serde(rename = "for")]
-    period: Option<String>,
+    pub(super) period: Option<String>,
 }
 
 /// The control a path names, with `force-open`'s period.
-fn read_action(name: &str, query: ControlQuery) -> Result<Control, (StatusCode, String)> {
+pub(super) fn read_action(
+    name: &str,
+    query: ControlQuery,
+) -> Result<Control, (StatusCode, String)> {
     let period = match (name, query.period) {
         ("force-open", Some(text)) => Some(parse_duration(&text).map_err(|err| {
             (
@@ -82,7 +85,7 @@ fn same_origin(headers: &HeaderMap) -> bool {
 }
 
 /// Refuses what another site's page makes a browser send.
-fn from_this_site(headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
+pub(super) fn from_this_site(headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
     if same_origin(headers) {
         Ok(())
     } else {

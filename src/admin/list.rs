@@ -124,6 +124,8 @@ pub(super) struct Page {
     offset: usize,
     limit: usize,
     control: bool,
+    /// Whether `GET /fleet` exists (a fleet store is given).
+    fleet: bool,
     states: serde_json::Map<String, serde_json::Value>,
     breakers: Vec<Entry>,
 }
@@ -192,6 +194,7 @@ impl Page {
             offset: filter.offset,
             limit: filter.limit,
             control: admin.control,
+            fleet: admin.fleet.is_some(),
             states: STATES
                 .iter()
                 .zip(in_states)

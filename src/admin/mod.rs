@@ -12,6 +12,8 @@
 //! | `POST /breakers/{name}/{action}` | manual control of one breaker: **only with [`Admin::control`]** |
 //! | `POST /groups/{prefix}/{action}` | the same for every breaker whose name starts with `prefix`: **only with [`Admin::control`]** |
 //! | `POST /control/{action}?breaker={name}` or `?prefix={prefix}` | the same two, the name in the query (any name, `.` and `..` included): **only with [`Admin::control`]** |
+//! | `GET /fleet?breaker={name}` | the fleet's view of one name beside this instance's: **only with [`Admin::fleet`]** |
+//! | `POST /fleet/{action}?breaker={name}` | the action on every instance's breaker of that name: **only with [`Admin::fleet`] and [`Admin::control`]** |
 //!
 //! Every route, and every unknown path, first checks the request's host
 //! name: see [Who may reach it](#who-may-reach-it).
@@ -50,7 +52,7 @@
 //! `GET /breakers` answers one page:
 //!
 //! ```json
-//! { "total": 10000, "matched": 3, "offset": 0, "limit": 100, "control": false,
+//! { "total": 10000, "matched": 3, "offset": 0, "limit": 100, "control": false, "fleet": false,
 //!   "states": { "closed": 9990, "open": 3, "half_open": 0, ... },
 //!   "breakers": [ { "name": "openai/gpt-x", "state": "open", ... } ] }
 //! ```
@@ -159,7 +161,52 @@
 //! { "action": "reset", "prefix": "openai/", "matched": 4, "changed": 1 }
 //! ```
 
+//!
+//! # The fleet
+//!
+//! Given the fleet store its breakers share state through
+//! ([`Admin::fleet`]), the endpoint shows and steers a name across the
+//! whole fleet, not only on the instance that serves the page.
+//! `GET /fleet?breaker=openai` reads what the fleet keeps of the name
+//! (from Redis, for a [`RedisStore`](crate::store::redis::RedisStore)) and
+//! shows it beside this instance's breaker:
+//!
+//! ```json
+//! { "breaker": "openai", "instance": "gw-1-5f2c9a0e71b3d4c8", "shared": true,
+//!   "fleet": { "state": "open",
+//!              "opening": { "generation": 41, "attempt": 2, "open_for_ms": 17250,
+//!                           "kept_for_ms": 377250, "min_open_for_ms": 0, "probe_successes": 0 },
+//!              "failures": 0, "failing": [], "votes": ["gw-3"],
+//!              "prober": null, "control": null },
+//!   "local": { "name": "openai", "state": "open", ... } }
+//! ```
+//!
+//! `instance` is this instance's name in the fleet (the store's
+//! [`instance`](crate::store::redis::RedisStore::instance): the name it
+//! was given, with a suffix unique to the process), as `prober.instance`
+//! names the instance holding the probe lock; `failing` and `votes` name
+//! the instances counted toward a quorum (its voters). `shared` says
+//! whether this instance shares the name now (false while Redis, or the
+//! Cluster node holding the name, does not answer); `local` is null when
+//! this instance has no breaker of that name. A fleet that cannot be read
+//! answers `503` with the error.
+//!
+//! With [`Admin::control`] as well, `POST /fleet/{action}?breaker=openai`
+//! (the same actions, `force-open` with its `?for=`) acts on every
+//! instance's breaker of that name, as [`Fleet`](crate::store::Fleet)
+//! describes: this instance's at once, the others' within milliseconds by
+//! the store's push, or at the latest within one refresh interval, and an
+//! instance that makes its breaker of that name later, on making it.
+//! `restore` undoes it everywhere the same way. The answer is the view
+//! above after the action, with `"action"`; a fleet that cannot be reached
+//! answers `503`, having changed nothing. Fleet control acts on one name
+//! at a time (no prefix), under the same checks as every control route
+//! ([below](#control-and-who-may-use-it)). The page shows a *fleet-wide*
+//! switch beside its buttons, and a *fleet* button per breaker that shows
+//! the fleet's view.
+
 mod control;
+mod fleet;
 mod host;
 mod json;
 mod list;
@@ -174,6 +221,7 @@ use std::time::Duration;
 use axum::routing::{get, post};
 use axum::Router;
 
+use crate::store::Fleet;
 use host::Hosts;
 pub use source::Source;
 
@@ -231,6 +279,7 @@ pub struct Admin {
     parent_of: Option<ParentOf>,
     keep_alive: Option<Duration>,
     hosts: Hosts,
+    fleet: Option<Fleet>,
 }
 
 impl Admin {
@@ -243,6 +292,7 @@ impl Admin {
             parent_of: None,
             keep_alive: Some(KEEP_ALIVE),
             hosts: Hosts::Loopback,
+            fleet: None,
         }
     }
 
@@ -251,6 +301,32 @@ impl Admin {
     /// [module docs](self#control-and-who-may-use-it)).
     pub fn control(mut self, enabled: bool) -> Self {
         self.control = enabled;
+        self
+    }
+
+    /// The fleet store the breakers share their state through (a
+    /// [`RedisStore`](crate::store::redis::RedisStore) or a
+    /// [`MemoryStore`](crate::store::memory::MemoryStore)): `GET
+    /// /fleet?breaker={name}` shows the fleet's view of a name beside this
+    /// instance's, and with [`control`](Self::control), `POST
+    /// /fleet/{action}?breaker={name}` acts on every instance's breaker of
+    /// that name. See [the module docs](self#the-fleet).
+    ///
+    /// ```
+    /// use tower_circuit_breaker::{admin::Admin, registry::Registry, store::memory::MemoryFleet, Config};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryFleet::builder().build()?.instance();
+    /// let registry: Registry<String> =
+    ///     Registry::builder().default_config(Config::default()).store(&store).build();
+    /// let admin = Admin::new(registry).fleet(&store).control(true).router::<()>();
+    /// # let _ = admin;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fleet(mut self, fleet: impl Into<Fleet>) -> Self {
+        self.fleet = Some(fleet.into());
         self
     }
 
@@ -326,6 +402,12 @@ impl Admin {
                 .route("/groups/{prefix}/{action}", post(control::group))
                 .route("/control/{action}", post(control::by_query));
         }
+        if self.fleet.is_some() {
+            router = router.route("/fleet", get(fleet::view));
+            if control {
+                router = router.route("/fleet/{action}", post(fleet::control));
+            }
+        }
         let admin = Arc::new(self);
         // `layer`, not `route_layer`, over a fallback of its own (nesting
         // drops a router's default one): unknown paths are checked too, so
@@ -366,6 +448,7 @@ impl fmt::Debug for Admin {
             .field("parent", &self.parent_of.is_some())
             .field("keep_alive", &self.keep_alive)
             .field("hosts", &self.hosts)
+            .field("fleet", &self.fleet)
             .finish()
     }
 }

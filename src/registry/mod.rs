@@ -173,8 +173,7 @@ struct Inner<K> {
     evicting: Mutex<()>,
     events: broadcast::Sender<Transition>,
     /// Every breaker made is attached to this store.
-    #[cfg(feature = "redis")]
-    store: Option<crate::store::redis::RedisStore>,
+    store: Option<crate::store::Fleet>,
 }
 
 struct Configs<K> {
@@ -188,8 +187,7 @@ pub struct RegistryBuilder<K> {
     per_key: HashMap<K, Config>,
     parent_of: Option<ParentOf<K>>,
     max_keys: usize,
-    #[cfg(feature = "redis")]
-    store: Option<crate::store::redis::RedisStore>,
+    store: Option<crate::store::Fleet>,
 }
 
 /// The registry holds as many breakers as it may, and none can be evicted:
@@ -262,7 +260,6 @@ where
             per_key: HashMap::new(),
             parent_of: None,
             max_keys: 10_000,
-            #[cfg(feature = "redis")]
             store: None,
         }
     }
@@ -421,7 +418,6 @@ where
         let breaker = Breaker {
             shared: Shared::new_arc_forwarding(self.config_for(key), self.inner.events.clone()),
         };
-        #[cfg(feature = "redis")]
         if let Some(store) = &self.inner.store {
             store.attach(&breaker);
         }
@@ -652,12 +648,12 @@ where
     }
 
     /// Shares every breaker the registry makes with a fleet through
-    /// `store`, each under its key (see [`crate::store::redis`]). Parents
-    /// are shared too: they are breakers of the registry like any other.
-    #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    pub fn store(mut self, store: &crate::store::redis::RedisStore) -> Self {
-        self.store = Some(store.clone());
+    /// `store` (a [`RedisStore`](crate::store::redis::RedisStore) or a
+    /// [`MemoryStore`](crate::store::memory::MemoryStore)), each under its
+    /// key (see [`crate::store`]). Parents are shared too: they are
+    /// breakers of the registry like any other.
+    pub fn store(mut self, store: impl Into<crate::store::Fleet>) -> Self {
+        self.store = Some(store.into());
         self
     }
 
@@ -680,7 +676,6 @@ where
                 insertions: AtomicU64::new(0),
                 evicting: Mutex::new(()),
                 events: broadcast::channel(EVENT_CAPACITY).0,
-                #[cfg(feature = "redis")]
                 store: self.store,
             }),
         }

@@ -9,24 +9,28 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::Control;
+use crate::{Breaker, Control};
 
 /// A boxed, sendable future: what a backend's by-name operations return.
 pub(crate) type Pending<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// What a fleet backend offers to read and steer by name.
 pub(crate) trait Steer: Send + Sync + 'static {
+    fn attach(&self, breaker: &Breaker) -> bool;
     fn control(&self, name: &str, control: Control) -> Pending<Result<(), FleetError>>;
     fn state(&self, name: &str) -> Pending<Result<FleetState, FleetError>>;
     fn instance(&self) -> &str;
     fn shares(&self, name: &str) -> bool;
 }
 
-/// A fleet store, to read and steer one name across every instance:
-/// made from a [`RedisStore`](crate::store::redis::RedisStore) (feature
-/// `redis`) or a [`MemoryStore`](crate::store::memory::MemoryStore), and
-/// given to the admin endpoint with `Admin::fleet` (feature `admin`).
-/// Cheap to clone.
+/// A fleet store, whichever the backend: made from a
+/// [`RedisStore`](crate::store::redis::RedisStore) (feature `redis`) or a
+/// [`MemoryStore`](crate::store::memory::MemoryStore), to attach breakers
+/// to (a registry takes one with
+/// [`RegistryBuilder::store`](crate::registry::RegistryBuilder::store)),
+/// and to read and steer one name across every instance (the admin
+/// endpoint takes one with `Admin::fleet`, feature `admin`). Cheap to
+/// clone.
 ///
 /// A fleet-wide control is kept by the fleet, not by one instance: every
 /// instance's breakers of that name carry it out as soon as they hear of
@@ -83,6 +87,12 @@ pub struct Fleet {
 impl Fleet {
     pub(crate) fn new(backend: Arc<dyn Steer>) -> Self {
         Fleet { backend }
+    }
+
+    /// Shares `breaker`'s state with the fleet under its name, as the
+    /// store's own `attach` does; false if it already reports to a store.
+    pub fn attach(&self, breaker: &Breaker) -> bool {
+        self.backend.attach(breaker)
     }
 
     /// Carries out `control` on the breakers named `name` of every

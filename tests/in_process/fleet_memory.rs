@@ -19,7 +19,8 @@ use tower::util::BoxCloneSyncService;
 use tower::{BoxError, ServiceExt};
 use tower_circuit_breaker::policy::{ConsecutiveFailures, TripReason};
 use tower_circuit_breaker::store::memory::{MemoryFleet, MemoryFleetError, MemoryStore};
-use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, CircuitOpen, Config, State};
+use tower_circuit_breaker::store::{Fleet, FleetState};
+use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, CircuitOpen, Config, Control, State};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Answer {
@@ -982,4 +983,175 @@ fn a_fleet_needs_a_tokio_runtime() {
         MemoryFleet::builder().build(),
         Err(MemoryFleetError::NoRuntime)
     ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fleet_wide_hold_reaches_every_instance_a_late_one_too_and_restore_undoes_it() {
+    let memory = MemoryFleet::builder().build().unwrap();
+    let upstream = Upstream::default();
+    let config = config("llm", 2, Duration::from_secs(30));
+    let mut fleet = fleet_of(3, &memory, &config, &upstream);
+    settle().await;
+    let steer = Fleet::from(&fleet[1].store);
+    for (control, held) in [
+        (Control::ForceOpen(None), State::ForcedOpen),
+        (Control::ForceClosed, State::ForcedClosed),
+        (Control::Disable, State::Disabled),
+    ] {
+        steer.control("llm", control).await.unwrap();
+        settle().await;
+        assert_eq!(states(&fleet), [held; 3], "{control:?}");
+        assert_eq!(steer.state("llm").await.unwrap().control, Some(control));
+    }
+    steer
+        .control("llm", Control::ForceOpen(None))
+        .await
+        .unwrap();
+    settle().await;
+    let before = upstream.calls();
+    for instance in &fleet {
+        assert_eq!(instance.request().await, Answer::Refused);
+    }
+    assert_eq!(upstream.calls(), before);
+    // An instance that joins while the fleet holds the name carries the
+    // hold out on attaching.
+    fleet.push(Instance::new(&memory, config.clone(), &upstream));
+    settle().await;
+    assert_eq!(states(&fleet), [State::ForcedOpen; 4]);
+
+    steer.control("llm", Control::Restore).await.unwrap();
+    settle().await;
+    assert_eq!(states(&fleet), [State::Closed; 4]);
+    for instance in &fleet {
+        assert_eq!(instance.request().await, Answer::Answered);
+    }
+    assert_eq!(steer.state("llm").await.unwrap(), FleetState::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_local_hold_is_the_instances_own_and_the_fleets_restore_leaves_it() {
+    let memory = MemoryFleet::builder().build().unwrap();
+    let upstream = Upstream::default();
+    let fleet = fleet_of(
+        2,
+        &memory,
+        &config("llm", 2, Duration::from_secs(30)),
+        &upstream,
+    );
+    settle().await;
+    fleet[0].breaker.force_open(None);
+    let steer = Fleet::from(&fleet[1].store);
+    steer.control("llm", Control::Restore).await.unwrap();
+    settle().await;
+    assert_eq!(states(&fleet), [State::ForcedOpen, State::Closed]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timed_fleet_force_open_ends_in_one_probe_for_the_fleet() {
+    let memory = MemoryFleet::builder().build().unwrap();
+    let upstream = Upstream::default();
+    let fleet = fleet_of(
+        4,
+        &memory,
+        &config("llm", 2, Duration::from_secs(30)),
+        &upstream,
+    );
+    settle().await;
+    let steer = Fleet::from(&fleet[0].store);
+    steer
+        .control("llm", Control::ForceOpen(Some(Duration::from_secs(2))))
+        .await
+        .unwrap();
+    settle().await;
+    assert_eq!(states(&fleet), [State::Open; 4]);
+    let opening = steer.state("llm").await.unwrap().opening.expect("open");
+    assert!(opening.open_for <= Duration::from_secs(2));
+    // Every instance sends a request every 10 ms until one reaches the
+    // upstream: the probe, once the period is over.
+    let started = Instant::now();
+    'probing: loop {
+        assert!(started.elapsed() < Duration::from_secs(10), "never probed");
+        for instance in &fleet {
+            instance.request().await;
+            if upstream.calls() > 0 {
+                break 'probing;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(started.elapsed() >= Duration::from_secs(2), "probed early");
+    settle().await;
+    assert_eq!(
+        states(&fleet),
+        [State::Closed; 4],
+        "the probe closed the fleet"
+    );
+    assert_eq!(upstream.calls(), 1, "one probe for the fleet");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fleet_wide_reset_forgets_the_opening_and_every_instances_counts() {
+    let memory = MemoryFleet::builder().build().unwrap();
+    let upstream = Upstream::failing();
+    let fleet = fleet_of(
+        3,
+        &memory,
+        &config("llm", 2, Duration::from_secs(30)),
+        &upstream,
+    );
+    for _ in 0..2 {
+        assert_eq!(fleet[0].request().await, Answer::Failed);
+    }
+    settle().await;
+    assert_eq!(states(&fleet), [State::Open; 3]);
+    // A hold too: a reset ends it.
+    fleet[2].breaker.force_closed();
+    let steer = Fleet::from(&fleet[1].store);
+    steer.control("llm", Control::Reset).await.unwrap();
+    settle().await;
+    assert_eq!(states(&fleet), [State::Closed; 3]);
+    assert_eq!(steer.state("llm").await.unwrap(), FleetState::default());
+    // The instances' own counts started again: one failure opens nothing.
+    assert_eq!(fleet[1].request().await, Answer::Failed);
+    settle().await;
+    assert_eq!(states(&fleet), [State::Closed; 3]);
+    assert_eq!(memory.failures("llm"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fleets_state_names_the_prober_and_the_voters() {
+    let memory = MemoryFleet::builder()
+        .quorum(2)
+        .probe_lease(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let upstream = Upstream::failing();
+    let config = config("llm", 1, Duration::from_millis(300));
+    let east = Instance::with_store(memory.named_instance("east"), config.clone(), &upstream);
+    let west = Instance::with_store(memory.named_instance("west"), config, &upstream);
+    assert_eq!(east.request().await, Answer::Failed);
+    settle().await;
+    let steer = Fleet::from(&east.store);
+    let state = steer.state("llm").await.unwrap();
+    assert_eq!(
+        state.votes,
+        ["east"],
+        "east's opening was declined: {state:?}"
+    );
+    assert_eq!(state.failing, ["east"]);
+    assert_eq!(west.request().await, Answer::Failed);
+    settle().await;
+    let state = steer.state("llm").await.unwrap();
+    let opening = state.opening.expect("a quorum opened it");
+    assert_eq!(opening.generation, 1);
+    // Once the period ends, one of them holds the probe lease.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let state = steer.state("llm").await.unwrap();
+    let (prober, lease) = state.prober.expect("a prober");
+    assert!(
+        [east.store.instance(), west.store.instance()].contains(&prober),
+        "{prober}"
+    );
+    assert!(prober.starts_with("east/") || prober.starts_with("west/"));
+    assert!(lease <= Duration::from_secs(5) && lease > Duration::ZERO);
 }

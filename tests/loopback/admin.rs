@@ -961,3 +961,96 @@ async fn the_router_nests_under_any_path_in_a_router_with_state_of_its_own() {
     assert_eq!(breaker.state(), State::ForcedOpen);
     assert_eq!(get(addr, "/health").await.body, "ok");
 }
+
+#[tokio::test]
+async fn the_fleet_routes_exist_only_with_a_fleet_store_and_steer_only_with_control() {
+    use tower_circuit_breaker::store::memory::MemoryFleet;
+    let memory = MemoryFleet::builder().build().unwrap();
+    let (here, there) = (memory.named_instance("gw-1"), memory.named_instance("gw-2"));
+    let registry = |store: &tower_circuit_breaker::store::memory::MemoryStore| -> Registry<String> {
+        Registry::builder()
+            .default_config(Config::default())
+            .store(store)
+            .build()
+    };
+    let (ours, theirs) = (registry(&here), registry(&there));
+    let (a, b) = (
+        ours.get(&"openai".to_owned()).unwrap(),
+        theirs.get(&"openai".to_owned()).unwrap(),
+    );
+
+    // No fleet store: no fleet routes.
+    let plain = serve(Admin::new(ours.clone()).control(true).router()).await;
+    assert_eq!(get(plain, "/fleet?breaker=openai").await.status, 404);
+    assert_eq!(
+        post(plain, "/fleet/force-open?breaker=openai").await.status,
+        404
+    );
+    let listed = get(plain, "/breakers").await.json();
+    assert_eq!(listed["fleet"], false);
+
+    // A fleet store without control: the view, no steering.
+    let viewing = serve(Admin::new(ours.clone()).fleet(&here).router()).await;
+    assert_eq!(get(viewing, "/breakers").await.json()["fleet"], true);
+    let view = get(viewing, "/fleet?breaker=openai").await;
+    assert_eq!(view.status, 200, "{}", view.body);
+    let view = view.json();
+    assert_eq!(view["instance"], here.instance());
+    assert!(view["instance"].as_str().unwrap().starts_with("gw-1/"));
+    assert_eq!(view["fleet"]["state"], "closed");
+    assert_eq!(view["local"]["state"], "closed");
+    assert_eq!(
+        post(viewing, "/fleet/force-open?breaker=openai")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(get(viewing, "/fleet").await.status, 400, "no name");
+    assert_eq!(get(viewing, "/fleet?breaker=x&limit=3").await.status, 400);
+    let unknown = get(viewing, "/fleet?breaker=nobody-here").await.json();
+    assert_eq!(
+        unknown["local"],
+        Value::Null,
+        "no local breaker of that name"
+    );
+
+    // With control: every instance's breaker of the name.
+    let steering = serve(Admin::new(ours).fleet(&here).control(true).router()).await;
+    let cross_site = send(
+        steering,
+        Method::POST,
+        "/fleet/force-open?breaker=openai",
+        &[("sec-fetch-site", "cross-site")],
+    )
+    .await;
+    assert_eq!(cross_site.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        b.state(),
+        State::Closed,
+        "a refused request changes nothing"
+    );
+    assert_eq!(
+        post(steering, "/fleet/explode?breaker=openai").await.status,
+        404
+    );
+    assert_eq!(
+        post(steering, "/fleet/reset?breaker=openai&for=1s")
+            .await
+            .status,
+        400
+    );
+    let done = post(steering, "/fleet/force-open?breaker=openai").await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    let done = done.json();
+    assert_eq!(done["action"], "force-open");
+    assert_eq!(done["fleet"]["control"], "forced_open");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(
+        (a.state(), b.state()),
+        (State::ForcedOpen, State::ForcedOpen)
+    );
+    let restored = post(steering, "/fleet/restore?breaker=openai").await;
+    assert_eq!(restored.status, 200, "{}", restored.body);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!((a.state(), b.state()), (State::Closed, State::Closed));
+}

@@ -9,5 +9,7 @@ mod common;
 
 mod cluster;
 mod cluster_failover;
+#[cfg(feature = "admin")]
+mod fleet_control;
 mod fleet_example;
 mod server;

@@ -597,6 +597,10 @@ impl MemoryStore {
 }
 
 impl Steer for MemoryStore {
+    fn attach(&self, breaker: &Breaker) -> bool {
+        MemoryStore::attach(self, breaker)
+    }
+
     fn control(&self, name: &str, control: Control) -> Pending<Result<(), FleetError>> {
         let store = self.clone();
         let name = name.to_owned();

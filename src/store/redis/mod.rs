@@ -855,6 +855,10 @@ fn stopped() -> FleetError {
 }
 
 impl Steer for RedisStore {
+    fn attach(&self, breaker: &Breaker) -> bool {
+        RedisStore::attach(self, breaker)
+    }
+
     fn control(&self, name: &str, control: Control) -> Pending<Result<(), FleetError>> {
         let store = self.clone();
         let name = name.to_owned();
