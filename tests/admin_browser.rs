@@ -440,6 +440,82 @@ async fn the_buttons_control_breakers_named_dot_and_dot_dot() {
     browser.close().await;
 }
 
+/// With a fleet store and the fleet-wide switch on, the page's button
+/// holds open every instance's breaker of the name, not only this one's;
+/// the fleet button shows the fleet's view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_wide_switch_makes_a_button_act_on_every_instance() {
+    use tower_circuit_breaker::admin::Admin;
+    use tower_circuit_breaker::store::memory::MemoryFleet;
+    use tower_circuit_breaker::{Breaker, Config};
+
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let memory = MemoryFleet::builder().build().unwrap();
+    let (here, there) = (memory.named_instance("gw-1"), memory.named_instance("gw-2"));
+    let named = || Breaker::new(Config::builder().name("openai").build().unwrap());
+    let (ours, theirs) = (named(), named());
+    assert!(here.attach(&ours) && there.attach(&theirs));
+    let admin = Admin::new(vec![ours.clone()])
+        .fleet(&here)
+        .control(true)
+        .router();
+    let addr = app::serve(axum::Router::new().nest("/admin", admin))
+        .await
+        .expect("the admin on loopback");
+
+    let mut browser = Browser::launch(
+        target.join(format!("admin-browser-fleet-{}", std::process::id())),
+        &target.join("admin-browser-fleet.log"),
+    )
+    .await;
+    browser.open_page().await;
+    let navigated = browser
+        .call(
+            "Page.navigate",
+            json!({ "url": format!("http://{addr}/admin") }),
+        )
+        .await;
+    assert!(navigated.get("errorText").is_none(), "{navigated}");
+    browser
+        .wait_for("openai's row", &row_shows("openai", "closed"))
+        .await;
+    let click = |label: &str| {
+        format!(
+            "(() => {{ const row = [...document.querySelectorAll('#rows tr')]
+                 .find((tr) => tr.dataset.name === 'openai');
+               const button = [...row.querySelectorAll('button')]
+                 .find((b) => b.textContent === {label});
+               if (!button) return false;
+               button.click();
+               return true; }})()",
+            label = json!(label)
+        )
+    };
+    let switched = browser
+        .eval(
+            "(() => { const s = document.getElementById('fleet-switch');
+               if (!s || s.closest('[hidden]')) return false;
+               s.checked = true; return true; })()",
+        )
+        .await;
+    assert_eq!(switched, json!(true), "the fleet-wide switch is shown");
+    assert_eq!(browser.eval(&click("Hold open")).await, json!(true));
+    browser
+        .wait_for("openai held open", &row_shows("openai", "forced open"))
+        .await;
+    assert_eq!(ours.state(), State::ForcedOpen);
+    assert_eq!(theirs.state(), State::ForcedOpen, "the other instance too");
+
+    assert_eq!(browser.eval(&click("Fleet")).await, json!(true));
+    browser
+        .wait_for(
+            "the fleet's view",
+            "document.getElementById('notice').textContent.includes('held fleet-wide: forced open')",
+        )
+        .await;
+    browser.close().await;
+}
+
 #[test]
 fn base64_decodes_as_the_standard_alphabet_says() {
     assert_eq!(base64("aGVsbG8="), b"hello");

@@ -193,7 +193,7 @@
 //!
 //! With [`Admin::control`] as well, `POST /fleet/{action}?breaker=openai`
 //! (the same actions, `force-open` with its `?for=`) acts on every
-//! instance's breaker of that name, as [`Fleet`](crate::store::Fleet)
+//! instance's breaker of that name, as [`Fleet`]
 //! describes: this instance's at once, the others' within milliseconds by
 //! the store's push, or at the latest within one refresh interval, and an
 //! instance that makes its breaker of that name later, on making it.

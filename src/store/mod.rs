@@ -13,6 +13,12 @@
 //! * [`memory`]: instances in one process share state in memory, on
 //!   tokio's clock, so a whole fleet can be tested on paused time, without
 //!   Redis.
+//!
+//! Either store converts into a [`Fleet`], the handle a registry
+//! ([`RegistryBuilder::store`](crate::registry::RegistryBuilder::store))
+//! and the admin endpoint take: it attaches breakers, reads the fleet's
+//! state of a name ([`FleetState`]) and carries out an operator's
+//! [`Control`](crate::Control) on every instance's breaker of that name.
 
 mod fleet;
 pub mod memory;

@@ -49,8 +49,12 @@
 //! if anything still holds them, fall back to their own reckoning when the
 //! hold runs out, as with a Redis that went silent.
 //!
-//! Manual control ([`Breaker::force_open`] and the others) stays local to
-//! the instance where it is called.
+//! Manual control on a breaker ([`Breaker::force_open`] and the others)
+//! stays local to the instance where it is called; [`MemoryStore::control`]
+//! (or [`Fleet`](crate::store::Fleet), or the admin endpoint given the
+//! store) acts on every instance's breaker of a name, as the Redis
+//! store's does, and [`MemoryStore::fleet_state`] reads what the fleet
+//! keeps of a name.
 //!
 //! [`Breaker::force_open`]: crate::Breaker::force_open
 //!
@@ -544,7 +548,7 @@ impl MemoryStore {
     }
 
     /// Carries out `control` on the breakers named `name` of every
-    /// instance of the fleet: see [`Fleet`] for what each control does
+    /// instance of the fleet: see [`Fleet`](crate::store::Fleet) for what each control does
     /// fleet-wide. Every instance's task (this one's too) carries it out
     /// as soon as it runs, in order with the fleet's other changes; an
     /// instance that attaches a breaker of that name later carries it out

@@ -82,6 +82,10 @@
 //!   holds a breaker open longer than its `max_open` (plus the hold below)
 //!   from when the instance began following it, and generations never
 //!   repeat (a lost counter starts again from Redis's clock).
+//! - **The fleet steered as one.** An operator's control of a name
+//!   ([`RedisStore::control`], or the admin endpoint) reaches every
+//!   instance's breaker of that name, and its undoing too (see [How the
+//!   state is kept](#how-the-state-is-kept)).
 //! - **Part of a Redis Cluster down.** A failure stays where it is. Each
 //!   index shard's version is read from the node holding its slot, with a
 //!   timeout of its own; a shard whose node does not answer within the
@@ -144,8 +148,23 @@
 //! cannot reach Redis lets the hold run out, and the breaker probes on its
 //! own, as a breaker without a store would.
 //!
-//! Manual control ([`Breaker::force_open`] and the others) stays local to
-//! the instance where it is called.
+//! Manual control on a breaker ([`Breaker::force_open`] and the others)
+//! stays local to the instance where it is called. Fleet-wide control is
+//! the store's: [`RedisStore::control`] (or the admin endpoint's
+//! `POST /fleet/{action}`, given the store with `Admin::fleet`) forces a
+//! name open, closed or disabled on every instance, or resets it, and
+//! [`Control::Restore`] undoes it everywhere. The control is kept in the
+//! name's shard of the index (under `!<escaped name>`, which no name can
+//! reach) and published with the shard's version, so every instance
+//! carries it out within milliseconds by pub/sub, or at its next refresh
+//! from the index (a moved version, one read of the shard) if it missed
+//! the message; an instance that attaches a breaker of that name later
+//! carries it out on attaching, and one that was cut off from Redis on
+//! its resync. A timed force-open is a fleet opening like any other
+//! (every instance refuses, then one probes); a reset deletes the name's
+//! fleet state and leaves a mark in the index for ten refresh intervals
+//! (at least a minute) for instances that read rather than hear it.
+//! [`RedisStore::fleet_state`] reads what the fleet keeps of a name.
 //!
 //! # Capacity
 //!
