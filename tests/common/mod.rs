@@ -15,6 +15,7 @@ pub mod captured;
 #[path = "../../examples/common/demo.rs"]
 pub mod demo;
 pub mod failover;
+pub mod fleet_conformance;
 // The outage bench's failure processes, for the adaptive policy's tests.
 #[path = "../../benches/outage_support/failures.rs"]
 pub mod failures;

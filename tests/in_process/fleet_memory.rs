@@ -19,8 +19,8 @@ use tower::util::BoxCloneSyncService;
 use tower::{BoxError, ServiceExt};
 use tower_circuit_breaker::policy::{ConsecutiveFailures, TripReason};
 use tower_circuit_breaker::store::memory::{MemoryFleet, MemoryFleetError, MemoryStore};
-use tower_circuit_breaker::store::{Fleet, FleetState};
-use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, CircuitOpen, Config, Control, State};
+use tower_circuit_breaker::store::Fleet;
+use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, CircuitOpen, Config, State};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Answer {
@@ -986,139 +986,6 @@ fn a_fleet_needs_a_tokio_runtime() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_fleet_wide_hold_reaches_every_instance_a_late_one_too_and_restore_undoes_it() {
-    let memory = MemoryFleet::builder().build().unwrap();
-    let upstream = Upstream::default();
-    let config = config("llm", 2, Duration::from_secs(30));
-    let mut fleet = fleet_of(3, &memory, &config, &upstream);
-    settle().await;
-    let steer = Fleet::from(&fleet[1].store);
-    for (control, held) in [
-        (Control::ForceOpen(None), State::ForcedOpen),
-        (Control::ForceClosed, State::ForcedClosed),
-        (Control::Disable, State::Disabled),
-    ] {
-        steer.control("llm", control).await.unwrap();
-        settle().await;
-        assert_eq!(states(&fleet), [held; 3], "{control:?}");
-        assert_eq!(steer.state("llm").await.unwrap().control, Some(control));
-    }
-    steer
-        .control("llm", Control::ForceOpen(None))
-        .await
-        .unwrap();
-    settle().await;
-    let before = upstream.calls();
-    for instance in &fleet {
-        assert_eq!(instance.request().await, Answer::Refused);
-    }
-    assert_eq!(upstream.calls(), before);
-    // An instance that joins while the fleet holds the name carries the
-    // hold out on attaching.
-    fleet.push(Instance::new(&memory, config.clone(), &upstream));
-    settle().await;
-    assert_eq!(states(&fleet), [State::ForcedOpen; 4]);
-
-    steer.control("llm", Control::Restore).await.unwrap();
-    settle().await;
-    assert_eq!(states(&fleet), [State::Closed; 4]);
-    for instance in &fleet {
-        assert_eq!(instance.request().await, Answer::Answered);
-    }
-    assert_eq!(steer.state("llm").await.unwrap(), FleetState::default());
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_local_hold_is_the_instances_own_and_the_fleets_restore_leaves_it() {
-    let memory = MemoryFleet::builder().build().unwrap();
-    let upstream = Upstream::default();
-    let fleet = fleet_of(
-        2,
-        &memory,
-        &config("llm", 2, Duration::from_secs(30)),
-        &upstream,
-    );
-    settle().await;
-    fleet[0].breaker.force_open(None);
-    let steer = Fleet::from(&fleet[1].store);
-    steer.control("llm", Control::Restore).await.unwrap();
-    settle().await;
-    assert_eq!(states(&fleet), [State::ForcedOpen, State::Closed]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_timed_fleet_force_open_ends_in_one_probe_for_the_fleet() {
-    let memory = MemoryFleet::builder().build().unwrap();
-    let upstream = Upstream::default();
-    let fleet = fleet_of(
-        4,
-        &memory,
-        &config("llm", 2, Duration::from_secs(30)),
-        &upstream,
-    );
-    settle().await;
-    let steer = Fleet::from(&fleet[0].store);
-    steer
-        .control("llm", Control::ForceOpen(Some(Duration::from_secs(2))))
-        .await
-        .unwrap();
-    settle().await;
-    assert_eq!(states(&fleet), [State::Open; 4]);
-    let opening = steer.state("llm").await.unwrap().opening.expect("open");
-    assert!(opening.open_for <= Duration::from_secs(2));
-    // Every instance sends a request every 10 ms until one reaches the
-    // upstream: the probe, once the period is over.
-    let started = Instant::now();
-    'probing: loop {
-        assert!(started.elapsed() < Duration::from_secs(10), "never probed");
-        for instance in &fleet {
-            instance.request().await;
-            if upstream.calls() > 0 {
-                break 'probing;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(started.elapsed() >= Duration::from_secs(2), "probed early");
-    settle().await;
-    assert_eq!(
-        states(&fleet),
-        [State::Closed; 4],
-        "the probe closed the fleet"
-    );
-    assert_eq!(upstream.calls(), 1, "one probe for the fleet");
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_fleet_wide_reset_forgets_the_opening_and_every_instances_counts() {
-    let memory = MemoryFleet::builder().build().unwrap();
-    let upstream = Upstream::failing();
-    let fleet = fleet_of(
-        3,
-        &memory,
-        &config("llm", 2, Duration::from_secs(30)),
-        &upstream,
-    );
-    for _ in 0..2 {
-        assert_eq!(fleet[0].request().await, Answer::Failed);
-    }
-    settle().await;
-    assert_eq!(states(&fleet), [State::Open; 3]);
-    // A hold too: a reset ends it.
-    fleet[2].breaker.force_closed();
-    let steer = Fleet::from(&fleet[1].store);
-    steer.control("llm", Control::Reset).await.unwrap();
-    settle().await;
-    assert_eq!(states(&fleet), [State::Closed; 3]);
-    assert_eq!(steer.state("llm").await.unwrap(), FleetState::default());
-    // The instances' own counts started again: one failure opens nothing.
-    assert_eq!(fleet[1].request().await, Answer::Failed);
-    settle().await;
-    assert_eq!(states(&fleet), [State::Closed; 3]);
-    assert_eq!(memory.failures("llm"), 1);
-}
-
-#[tokio::test(start_paused = true)]
 async fn the_fleets_state_names_the_prober_and_the_voters() {
     let memory = MemoryFleet::builder()
         .quorum(2)
@@ -1154,4 +1021,34 @@ async fn the_fleets_state_names_the_prober_and_the_voters() {
     );
     assert!(prober.starts_with("east/") || prober.starts_with("west/"));
     assert!(lease <= Duration::from_secs(5) && lease > Duration::ZERO);
+}
+
+/// The fleet conformance suite (`tests/common/fleet_conformance.rs`), on
+/// the memory fleet and paused time; the Redis store runs the same
+/// scenarios in `tests/redis/conformance.rs`.
+mod conformance {
+    use std::time::Duration;
+
+    use crate::common::fleet_conformance::Backend;
+    use tower_circuit_breaker::store::memory::MemoryFleet;
+    use tower_circuit_breaker::store::Fleet;
+
+    struct Memory;
+
+    impl Backend for Memory {
+        fn fleet(&self, quorum: u32) -> Box<dyn Fn() -> Fleet + '_> {
+            let memory = MemoryFleet::builder()
+                .quorum(quorum)
+                .probe_lease(Duration::from_millis(800))
+                .hold(Duration::from_millis(1300))
+                .build()
+                .expect("a valid fleet");
+            Box::new(move || Fleet::from(memory.instance()))
+        }
+    }
+
+    crate::common::fleet_conformance::conformance_tests!(
+        #[tokio::test(start_paused = true)]
+        Memory
+    );
 }

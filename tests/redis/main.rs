@@ -9,6 +9,7 @@ mod common;
 
 mod cluster;
 mod cluster_failover;
+mod conformance;
 #[cfg(feature = "admin")]
 mod fleet_control;
 mod fleet_example;
