@@ -380,26 +380,16 @@ async fn the_page_shows_open_breakers_hostile_names_as_text_and_transitions_with
     browser.close().await;
 }
 
-/// Breakers named `.` and `..`, which a browser would drop from a path as
-/// dot segments, are held open by the page's own buttons.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_buttons_control_breakers_named_dot_and_dot_dot() {
-    use tower_circuit_breaker::admin::Admin;
-    use tower_circuit_breaker::{Breaker, Config};
-
+/// `admin` served on loopback under `/admin`, and a browser (its profile
+/// and log named after `run`) showing its page.
+async fn admin_page(admin: axum::Router, run: &str) -> Browser {
     let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let named = |name: &str| Breaker::new(Config::builder().name(name).build().unwrap());
-    let (dot, dot_dot, plain) = (named("."), named(".."), named("plain"));
-    let admin = Admin::new(vec![dot.clone(), dot_dot.clone(), plain.clone()])
-        .control(true)
-        .router();
     let addr = app::serve(axum::Router::new().nest("/admin", admin))
         .await
         .expect("the admin on loopback");
-
     let mut browser = Browser::launch(
-        target.join(format!("admin-browser-dots-{}", std::process::id())),
-        &target.join("admin-browser-dots.log"),
+        target.join(format!("admin-browser-{run}-{}", std::process::id())),
+        &target.join(format!("admin-browser-{run}.log")),
     )
     .await;
     browser.open_page().await;
@@ -410,6 +400,22 @@ async fn the_buttons_control_breakers_named_dot_and_dot_dot() {
         )
         .await;
     assert!(navigated.get("errorText").is_none(), "{navigated}");
+    browser
+}
+
+/// Breakers named `.` and `..`, which a browser would drop from a path as
+/// dot segments, are held open by the page's own buttons.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_buttons_control_breakers_named_dot_and_dot_dot() {
+    use tower_circuit_breaker::admin::Admin;
+    use tower_circuit_breaker::{Breaker, Config};
+
+    let named = |name: &str| Breaker::new(Config::builder().name(name).build().unwrap());
+    let (dot, dot_dot, plain) = (named("."), named(".."), named("plain"));
+    let admin = Admin::new(vec![dot.clone(), dot_dot.clone(), plain.clone()])
+        .control(true)
+        .router();
+    let mut browser = admin_page(admin, "dots").await;
     for name in [".", ".."] {
         browser
             .wait_for(&format!("{name}'s row"), &row_shows(name, "closed"))
@@ -449,7 +455,6 @@ async fn the_fleet_wide_switch_makes_a_button_act_on_every_instance() {
     use tower_circuit_breaker::store::memory::MemoryFleet;
     use tower_circuit_breaker::{Breaker, Config};
 
-    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let memory = MemoryFleet::builder().build().unwrap();
     let (here, there) = (memory.named_instance("gw-1"), memory.named_instance("gw-2"));
     let named = || Breaker::new(Config::builder().name("openai").build().unwrap());
@@ -459,23 +464,7 @@ async fn the_fleet_wide_switch_makes_a_button_act_on_every_instance() {
         .fleet(&here)
         .control(true)
         .router();
-    let addr = app::serve(axum::Router::new().nest("/admin", admin))
-        .await
-        .expect("the admin on loopback");
-
-    let mut browser = Browser::launch(
-        target.join(format!("admin-browser-fleet-{}", std::process::id())),
-        &target.join("admin-browser-fleet.log"),
-    )
-    .await;
-    browser.open_page().await;
-    let navigated = browser
-        .call(
-            "Page.navigate",
-            json!({ "url": format!("http://{addr}/admin") }),
-        )
-        .await;
-    assert!(navigated.get("errorText").is_none(), "{navigated}");
+    let mut browser = admin_page(admin, "fleet").await;
     browser
         .wait_for("openai's row", &row_shows("openai", "closed"))
         .await;

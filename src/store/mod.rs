@@ -24,8 +24,8 @@ mod fleet;
 pub mod memory;
 mod steer;
 
+pub(crate) use steer::{steer_through_methods, Pending, Steer};
 pub use steer::{Fleet, FleetError, FleetOpening, FleetState};
-pub(crate) use steer::{Pending, Steer};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;

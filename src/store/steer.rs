@@ -23,6 +23,59 @@ pub(crate) trait Steer: Send + Sync + 'static {
     fn shares(&self, name: &str) -> bool;
 }
 
+/// Makes a store a [`Fleet`] backend through its own methods of the same
+/// names (`attach`, `control`, `fleet_state`, `instance`, `shares`), and
+/// converts it (or a reference to it) into a [`Fleet`].
+macro_rules! steer_through_methods {
+    ($store:ty) => {
+        impl $crate::store::Steer for $store {
+            fn attach(&self, breaker: &$crate::Breaker) -> bool {
+                <$store>::attach(self, breaker)
+            }
+
+            fn control(
+                &self,
+                name: &str,
+                control: $crate::Control,
+            ) -> $crate::store::Pending<Result<(), $crate::store::FleetError>> {
+                let (store, name) = (self.clone(), name.to_owned());
+                Box::pin(async move { store.control(&name, control).await })
+            }
+
+            fn state(
+                &self,
+                name: &str,
+            ) -> $crate::store::Pending<
+                Result<$crate::store::FleetState, $crate::store::FleetError>,
+            > {
+                let (store, name) = (self.clone(), name.to_owned());
+                Box::pin(async move { store.fleet_state(&name).await })
+            }
+
+            fn instance(&self) -> &str {
+                <$store>::instance(self)
+            }
+
+            fn shares(&self, name: &str) -> bool {
+                <$store>::shares(self, name)
+            }
+        }
+
+        impl From<$store> for $crate::store::Fleet {
+            fn from(store: $store) -> Self {
+                $crate::store::Fleet::new(std::sync::Arc::new(store))
+            }
+        }
+
+        impl From<&$store> for $crate::store::Fleet {
+            fn from(store: &$store) -> Self {
+                $crate::store::Fleet::new(std::sync::Arc::new(store.clone()))
+            }
+        }
+    };
+}
+pub(crate) use steer_through_methods;
+
 /// A fleet store, whichever the backend: made from a
 /// [`RedisStore`](crate::store::redis::RedisStore) (feature `redis`) or a
 /// [`MemoryStore`](crate::store::memory::MemoryStore), to attach breakers

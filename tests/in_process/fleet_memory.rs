@@ -1016,7 +1016,7 @@ async fn the_fleets_state_names_the_prober_and_the_voters() {
     let state = steer.state("llm").await.unwrap();
     let (prober, lease) = state.prober.expect("a prober");
     assert!(
-        [east.store.instance(), west.store.instance()].contains(&prober),
+        [east.store.instance(), west.store.instance()].contains(&prober.as_str()),
         "{prober}"
     );
     assert!(prober.starts_with("east/") || prober.starts_with("west/"));

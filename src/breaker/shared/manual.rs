@@ -15,9 +15,8 @@ use crate::millis::millis_up;
 use crate::policy::TripReason;
 
 /// What an operator does to a breaker: [`Breaker::control`] on one
-/// instance, or, through a fleet store, on every instance at once (see
-/// [`store::Fleet`](crate::store::Fleet)). Each is the [`Breaker`] method
-/// of the same name.
+/// instance, or, through a fleet store, on every instance at once. Each is
+/// the [`Breaker`] method of the same name.
 ///
 /// [`Breaker`]: crate::Breaker
 /// [`Breaker::control`]: crate::Breaker::control

@@ -107,7 +107,7 @@ use tokio::time::Instant;
 use crate::error::ConfigError;
 use crate::millis::millis;
 use crate::store::fleet::{self, Args, Link, LinkSettings, Queue};
-use crate::store::{FleetError, FleetState, Pending, Steer};
+use crate::store::{FleetError, FleetState};
 use crate::{Breaker, Control};
 use state::{Caller, Fleet, News};
 use task::{Task, Timing};
@@ -585,8 +585,15 @@ impl MemoryStore {
     /// This instance's name in the fleet's state, as
     /// [`fleet_state`](Self::fleet_state) names the holder of a probe
     /// lease.
-    pub fn instance(&self) -> String {
-        self.inner.name.clone()
+    pub fn instance(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Whether the breaker named `name` is shared with the fleet now:
+    /// always, the fleet being this process's memory (the Redis store's
+    /// method of the same name can say no).
+    pub fn shares(&self, _name: &str) -> bool {
+        true
     }
 
     /// This instance's counters.
@@ -600,43 +607,7 @@ impl MemoryStore {
     }
 }
 
-impl Steer for MemoryStore {
-    fn attach(&self, breaker: &Breaker) -> bool {
-        MemoryStore::attach(self, breaker)
-    }
-
-    fn control(&self, name: &str, control: Control) -> Pending<Result<(), FleetError>> {
-        let store = self.clone();
-        let name = name.to_owned();
-        Box::pin(async move { store.control(&name, control).await })
-    }
-
-    fn state(&self, name: &str) -> Pending<Result<FleetState, FleetError>> {
-        let store = self.clone();
-        let name = name.to_owned();
-        Box::pin(async move { store.fleet_state(&name).await })
-    }
-
-    fn instance(&self) -> &str {
-        &self.inner.name
-    }
-
-    fn shares(&self, _name: &str) -> bool {
-        true
-    }
-}
-
-impl From<MemoryStore> for crate::store::Fleet {
-    fn from(store: MemoryStore) -> Self {
-        crate::store::Fleet::new(Arc::new(store))
-    }
-}
-
-impl From<&MemoryStore> for crate::store::Fleet {
-    fn from(store: &MemoryStore) -> Self {
-        crate::store::Fleet::new(Arc::new(store.clone()))
-    }
-}
+crate::store::steer_through_methods!(MemoryStore);
 
 impl fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -262,7 +262,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::error::ConfigError;
 use crate::store::fleet::{self, Link, LinkSettings, Queue};
-use crate::store::{Fleet, FleetError, FleetState, Pending, Steer};
+use crate::store::{FleetError, FleetState};
 use crate::{Breaker, Control};
 
 /// Breaker state shared by a fleet through Redis. Cheap to clone; the
@@ -539,7 +539,7 @@ impl RedisStore {
     }
 
     /// Carries out `control` on the breakers named `name` of every
-    /// instance of the fleet: see [`Fleet`] for what each control does
+    /// instance of the fleet: see [`Fleet`](crate::store::Fleet) for what each control does
     /// fleet-wide. Written to Redis in one script, which publishes it: this
     /// instance's breakers carry it out when it returns, the others' as
     /// they hear it (within milliseconds), or at the latest at their next
@@ -873,43 +873,7 @@ fn stopped() -> FleetError {
     FleetError::new("the store's task has stopped")
 }
 
-impl Steer for RedisStore {
-    fn attach(&self, breaker: &Breaker) -> bool {
-        RedisStore::attach(self, breaker)
-    }
-
-    fn control(&self, name: &str, control: Control) -> Pending<Result<(), FleetError>> {
-        let store = self.clone();
-        let name = name.to_owned();
-        Box::pin(async move { store.control(&name, control).await })
-    }
-
-    fn state(&self, name: &str) -> Pending<Result<FleetState, FleetError>> {
-        let store = self.clone();
-        let name = name.to_owned();
-        Box::pin(async move { store.fleet_state(&name).await })
-    }
-
-    fn instance(&self) -> &str {
-        RedisStore::instance(self)
-    }
-
-    fn shares(&self, name: &str) -> bool {
-        RedisStore::shares(self, name)
-    }
-}
-
-impl From<RedisStore> for Fleet {
-    fn from(store: RedisStore) -> Self {
-        Fleet::new(Arc::new(store))
-    }
-}
-
-impl From<&RedisStore> for Fleet {
-    fn from(store: &RedisStore) -> Self {
-        Fleet::new(Arc::new(store.clone()))
-    }
-}
+crate::store::steer_through_methods!(RedisStore);
 
 fn random_instance() -> String {
     use std::collections::hash_map::RandomState;
