@@ -102,16 +102,16 @@ struct Hot {
     prober_running: AtomicBool,
 }
 
+/// The counters a keyed call through a looked-up breaker writes come
+/// first, so that they follow [`Hot`] on the line of the reference counts,
+/// which such a call writes too: a lookup among many keys then misses one
+/// line of the breaker, not three.
 #[derive(Default)]
+#[repr(C)]
 struct Counters {
     /// Calls admitted and refused on paths without a service clone of
     /// their own (keyed services); clones count theirs in `clones`.
     calls: AtomicU64,
-    rejected: AtomicU64,
-    /// Of those, refusals made by the breaker's parent (a registry's).
-    rejected_by_parent: AtomicU64,
-    ignored: AtomicU64,
-    cancelled: AtomicU64,
     /// A registry's insertion count when this breaker was last used: a
     /// cheap clock for eviction order, written only when it has moved on
     /// by the registry's marking interval.
@@ -120,6 +120,11 @@ struct Counters {
     /// themselves (keys a service clone remembers, calls in flight): they
     /// do not hold the breaker in the registry, as a user's handle does.
     internal_handles: AtomicU64,
+    rejected: AtomicU64,
+    /// Of those, refusals made by the breaker's parent (a registry's).
+    rejected_by_parent: AtomicU64,
+    ignored: AtomicU64,
+    cancelled: AtomicU64,
 }
 
 /// Bookkeeping behind the mutex: the policy's counters and what a
@@ -233,10 +238,10 @@ struct Tuning {
 #[repr(C)]
 pub(crate) struct Shared {
     hot: Hot,
+    counters: Counters,
     tuning: Tuning,
     name: Arc<str>,
     epoch: Instant,
-    counters: Counters,
     book: Mutex<Locked>,
     /// Made on first subscription: unsubscribed breakers pay nothing.
     events: OnceLock<broadcast::Sender<Transition>>,
