@@ -1,6 +1,6 @@
 //! Consecutive failures: trip after `threshold` failures in a row.
 
-use super::{Sample, TripReason};
+use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
 use crate::error::ConfigError;
 
 /// Trips after `threshold` failures in a row; any success starts the count
@@ -32,8 +32,14 @@ impl ConsecutiveFailures {
     pub fn threshold(&self) -> u32 {
         self.threshold
     }
+}
 
-    pub(crate) fn validate(&self, path: &str) -> Result<(), ConfigError> {
+impl Policy for ConsecutiveFailures {
+    fn key(&self) -> &'static str {
+        "consecutive_failures"
+    }
+
+    fn validate(&self, path: &str) -> Result<(), ConfigError> {
         if self.threshold == 0 {
             return Err(ConfigError::new(
                 format!("{path}.threshold"),
@@ -41,6 +47,14 @@ impl ConsecutiveFailures {
             ));
         }
         Ok(())
+    }
+
+    fn needs_clock(&self) -> bool {
+        false
+    }
+
+    fn start(&self) -> PolicyState {
+        PolicyState::Streak(Streak::new(self))
     }
 }
 
@@ -63,8 +77,10 @@ impl Streak {
             failures: 0,
         }
     }
+}
 
-    pub(crate) fn record(&mut self, sample: Sample) -> Option<TripReason> {
+impl Rule for Streak {
+    fn record(&mut self, sample: Sample, _now_ms: u64) -> Option<TripReason> {
         if !sample.failure {
             self.failures = 0;
             return None;
@@ -75,19 +91,18 @@ impl Streak {
         })
     }
 
-    pub(crate) fn success_matters(&self) -> bool {
+    fn success_matters(&self) -> bool {
         self.failures > 0
     }
 
-    pub(crate) fn failures(&self) -> u32 {
-        self.failures
-    }
-
-    pub(crate) fn threshold(&self) -> u32 {
-        self.threshold
-    }
-
-    pub(crate) fn reset(&mut self) {
+    fn reset(&mut self) {
         self.failures = 0;
+    }
+
+    fn figures(&self, _now_ms: u64) -> PolicyFigures {
+        PolicyFigures::ConsecutiveFailures {
+            failures: self.failures,
+            threshold: self.threshold,
+        }
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::{Sample, TripReason};
+use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
 use crate::error::ConfigError;
 use crate::millis::millis;
 
@@ -69,8 +69,14 @@ impl CountWindow {
     pub fn staleness(&self) -> Option<Duration> {
         self.stale_after
     }
+}
 
-    pub(crate) fn validate(&self, path: &str) -> Result<(), ConfigError> {
+impl Policy for CountWindow {
+    fn key(&self) -> &'static str {
+        "count_window"
+    }
+
+    fn validate(&self, path: &str) -> Result<(), ConfigError> {
         if self.failures == 0 {
             return Err(ConfigError::new(
                 format!("{path}.failures"),
@@ -96,6 +102,14 @@ impl CountWindow {
             ));
         }
         Ok(())
+    }
+
+    fn needs_clock(&self) -> bool {
+        false
+    }
+
+    fn start(&self) -> PolicyState {
+        PolicyState::Rule(Box::new(Ring::new(self)))
     }
 }
 
@@ -124,9 +138,30 @@ impl Ring {
         }
     }
 
+    fn expire_by_count(&mut self) {
+        while let Some(&(n, _)) = self.recent.front() {
+            if n + self.window <= self.outcomes {
+                self.recent.pop_front();
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// Failures inside the window by count and by age.
+    fn counted(&self, now_ms: u64) -> u32 {
+        let fresh = |&&(_, at): &&(u64, u64)| match self.stale_after_ms {
+            Some(age) => now_ms.saturating_sub(at) < age,
+            None => true,
+        };
+        self.recent.iter().filter(fresh).count() as u32
+    }
+}
+
+impl Rule for Ring {
     /// Records one outcome. `now_ms` is read only for a failure: a success
     /// moves the window by count and cannot trip it.
-    pub(crate) fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
+    fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
         self.outcomes += 1;
         if !sample.failure {
             self.expire_by_count();
@@ -144,35 +179,20 @@ impl Ring {
         })
     }
 
-    fn expire_by_count(&mut self) {
-        while let Some(&(n, _)) = self.recent.front() {
-            if n + self.window <= self.outcomes {
-                self.recent.pop_front();
-            } else {
-                break;
-            }
-        }
-    }
-
-    /// Failures inside the window by count and by age.
-    pub(crate) fn counted(&self, now_ms: u64) -> u32 {
-        let fresh = |&&(_, at): &&(u64, u64)| match self.stale_after_ms {
-            Some(age) => now_ms.saturating_sub(at) < age,
-            None => true,
-        };
-        self.recent.iter().filter(fresh).count() as u32
-    }
-
-    pub(crate) fn success_matters(&self) -> bool {
+    fn success_matters(&self) -> bool {
         !self.recent.is_empty()
     }
 
-    pub(crate) fn limits(&self) -> (u32, u32) {
-        (self.failures, self.window as u32)
-    }
-
-    pub(crate) fn reset(&mut self) {
+    fn reset(&mut self) {
         self.outcomes = 0;
         self.recent.clear();
+    }
+
+    fn figures(&self, now_ms: u64) -> PolicyFigures {
+        PolicyFigures::CountWindow {
+            failures: self.counted(now_ms),
+            threshold: self.failures,
+            window: self.window as u32,
+        }
     }
 }

@@ -15,6 +15,7 @@
 //! | [`PerClass`] | the policy of one failure class trips (each counts its class's failures apart) | kinds of failure weigh differently: 3 timeouts, but 20 rate limits |
 
 mod adaptive;
+mod any_of;
 mod consecutive;
 mod count_window;
 mod per_class;
@@ -76,65 +77,102 @@ impl TripPolicy {
         TripPolicy::AnyOf(policies.into_iter().collect())
     }
 
-    pub(crate) fn validate(&self, path: &str) -> Result<(), ConfigError> {
+    /// The policy as the breaker sees it, whichever it is.
+    fn policy(&self) -> &dyn Policy {
         match self {
-            TripPolicy::ConsecutiveFailures(p) => {
-                p.validate(&format!("{path}.consecutive_failures"))
-            }
-            TripPolicy::CountWindow(p) => p.validate(&format!("{path}.count_window")),
-            TripPolicy::TimeWindow(p) => p.validate(&format!("{path}.time_window")),
-            TripPolicy::SlowCalls(p) => p.validate(&format!("{path}.slow_calls")),
-            TripPolicy::Adaptive(p) => p.validate(&format!("{path}.adaptive")),
-            TripPolicy::PerClass(p) => p.validate(&format!("{path}.per_class")),
-            TripPolicy::AnyOf(list) => {
-                if list.is_empty() {
-                    return Err(ConfigError::new(
-                        format!("{path}.any_of"),
-                        "must hold at least one policy",
-                    ));
-                }
-                list.iter()
-                    .enumerate()
-                    .try_for_each(|(i, p)| p.validate(&format!("{path}.any_of[{i}]")))
-            }
+            TripPolicy::ConsecutiveFailures(p) => p,
+            TripPolicy::CountWindow(p) => p,
+            TripPolicy::TimeWindow(p) => p,
+            TripPolicy::SlowCalls(p) => p,
+            TripPolicy::Adaptive(p) => p,
+            TripPolicy::AnyOf(list) => list,
+            TripPolicy::PerClass(p) => p,
         }
+    }
+
+    /// Checks the settings; `path` is the config's path to this policy
+    /// (`trip`, `trip.any_of[1]`), which the policy's key extends.
+    pub(crate) fn validate(&self, path: &str) -> Result<(), ConfigError> {
+        let policy = self.policy();
+        policy.validate(&format!("{path}.{}", policy.key()))
     }
 
     /// Whether recording a success needs the time: time windows do; streaks
     /// and count windows only need it for failures; an adaptive policy only
     /// for its fallback.
     pub(crate) fn needs_clock(&self) -> bool {
-        match self {
-            TripPolicy::ConsecutiveFailures(_) | TripPolicy::CountWindow(_) => false,
-            TripPolicy::TimeWindow(_) | TripPolicy::SlowCalls(_) => true,
-            TripPolicy::Adaptive(p) => p.needs_clock(),
-            TripPolicy::AnyOf(list) => list.iter().any(TripPolicy::needs_clock),
-            TripPolicy::PerClass(p) => p.members().any(TripPolicy::needs_clock),
-        }
+        self.policy().needs_clock()
     }
 
     /// Whether calls must be timed.
     pub(crate) fn needs_latency(&self) -> bool {
-        match self {
-            TripPolicy::SlowCalls(_) => true,
-            TripPolicy::Adaptive(p) => p.needs_latency(),
-            TripPolicy::AnyOf(list) => list.iter().any(TripPolicy::needs_latency),
-            TripPolicy::PerClass(p) => p.members().any(TripPolicy::needs_latency),
-            _ => false,
-        }
+        self.policy().needs_latency()
     }
 
     /// The lowest slow-call threshold: a success slower than it may be a
     /// slow call and is always recorded.
     pub(crate) fn slow_threshold(&self) -> Option<Duration> {
-        match self {
-            TripPolicy::SlowCalls(p) => Some(p.threshold()),
-            TripPolicy::Adaptive(p) => p.fallback_policy().slow_threshold(),
-            TripPolicy::AnyOf(list) => list.iter().filter_map(TripPolicy::slow_threshold).min(),
-            TripPolicy::PerClass(p) => p.members().filter_map(TripPolicy::slow_threshold).min(),
-            _ => None,
-        }
+        self.policy().slow_threshold()
     }
+}
+
+/// What a trip policy's settings are to the breaker. Each policy implements
+/// it in its own file, beside [`Rule`], the state it runs with: the
+/// breaker, the config and the snapshot ask nothing else of a policy.
+pub(crate) trait Policy {
+    /// The policy's name in a config (`time_window`), which extends the
+    /// path of its settings in a [`ConfigError`].
+    fn key(&self) -> &'static str;
+
+    /// Checks the settings; `path` ends with the policy's key.
+    fn validate(&self, path: &str) -> Result<(), ConfigError>;
+
+    /// Whether recording a success needs the time (a failure always reads
+    /// it, to date an opening).
+    fn needs_clock(&self) -> bool;
+
+    /// Whether calls must be timed.
+    fn needs_latency(&self) -> bool {
+        false
+    }
+
+    /// The lowest slow-call threshold it judges by, if any.
+    fn slow_threshold(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Its state, fresh.
+    fn start(&self) -> PolicyState;
+}
+
+/// A trip policy's running state: it sees the closed-state outcomes of one
+/// generation, says when to trip, and shows its figures.
+pub(crate) trait Rule: fmt::Debug + Send {
+    /// Records one outcome; returns the reason to trip, if any.
+    fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason>;
+
+    /// Whether a success (no slower than any slow-call threshold) must be
+    /// recorded at once, under the breaker's lock (see
+    /// [`PolicyState::success_matters`]).
+    fn success_matters(&self) -> bool;
+
+    /// Whether it records every success under the lock, whatever its
+    /// figures: successes are then never tallied.
+    fn records_every_success(&self) -> bool {
+        false
+    }
+
+    /// Calls `f` with each set of buckets of time it counts calls in (a
+    /// tallied success is added to every one).
+    fn each_buckets(&mut self, f: &mut dyn FnMut(&mut time_window::Buckets)) {
+        let _ = f;
+    }
+
+    /// Starts afresh: called whenever the breaker opens, and on a reset.
+    fn reset(&mut self);
+
+    /// Its figures at `now_ms`.
+    fn figures(&self, now_ms: u64) -> PolicyFigures;
 }
 
 impl Default for TripPolicy {
@@ -179,14 +217,14 @@ pub enum TripReason {
         window: u32,
     },
     /// [`TimeWindow`] tripped with `failures` of `calls` in the window.
-    FailureRate {
+    TimeWindow {
         /// Failures in the window.
         failures: u32,
         /// Calls in the window.
         calls: u32,
     },
     /// [`SlowCalls`] tripped with `slow` of `calls` in the window.
-    SlowCallRate {
+    SlowCalls {
         /// Slow calls in the window.
         slow: u32,
         /// Calls in the window.
@@ -247,8 +285,8 @@ impl TripReason {
         match self {
             TripReason::ConsecutiveFailures { .. } => "consecutive_failures",
             TripReason::CountWindow { .. } => "count_window",
-            TripReason::FailureRate { .. } => "time_window",
-            TripReason::SlowCallRate { .. } => "slow_calls",
+            TripReason::TimeWindow { .. } => "time_window",
+            TripReason::SlowCalls { .. } => "slow_calls",
             TripReason::Adaptive { .. } => "adaptive",
             TripReason::PerClass { reason, .. } => reason.policy(),
             TripReason::ProbeFailed => "probe_failed",
@@ -271,13 +309,13 @@ impl fmt::Display for TripReason {
             TripReason::CountWindow { failures, window } => {
                 write!(f, "{failures} failures in the last {window} calls")
             }
-            TripReason::FailureRate { failures, calls } => {
+            TripReason::TimeWindow { failures, calls } => {
                 write!(
                     f,
                     "{failures} failures in {calls} calls within the time window"
                 )
             }
-            TripReason::SlowCallRate { slow, calls } => {
+            TripReason::SlowCalls { slow, calls } => {
                 write!(f, "{slow} slow calls in {calls} calls")
             }
             TripReason::Adaptive {
@@ -380,86 +418,51 @@ pub(crate) struct Sample {
     pub(crate) elapsed: Option<Duration>,
 }
 
-/// The running state of a [`TripPolicy`].
+/// The running state of a [`TripPolicy`]: the default policy's streak held
+/// inline (a breaker with the default policy allocates nothing for it),
+/// any other policy's rule boxed.
 #[derive(Debug)]
 pub(crate) enum PolicyState {
-    Consecutive(consecutive::Streak),
-    // The larger states boxed: the enum, held by every breaker, stays the
-    // size of a streak and a pointer, whatever the policy.
-    CountWindow(Box<count_window::Ring>),
-    TimeWindow(Box<time_window::FailureRate>),
-    SlowCalls(Box<slow_calls::SlowRate>),
-    Adaptive(Box<adaptive::Detector>),
-    AnyOf(Vec<PolicyState>),
-    PerClass(Box<per_class::Split>),
+    Streak(consecutive::Streak),
+    Rule(Box<dyn Rule>),
 }
 
 impl PolicyState {
     pub(crate) fn new(policy: &TripPolicy) -> Self {
-        match policy {
-            TripPolicy::ConsecutiveFailures(p) => {
-                PolicyState::Consecutive(consecutive::Streak::new(p))
-            }
-            TripPolicy::CountWindow(p) => {
-                PolicyState::CountWindow(Box::new(count_window::Ring::new(p)))
-            }
-            TripPolicy::TimeWindow(p) => {
-                PolicyState::TimeWindow(Box::new(time_window::FailureRate::new(p)))
-            }
-            TripPolicy::SlowCalls(p) => {
-                PolicyState::SlowCalls(Box::new(slow_calls::SlowRate::new(p)))
-            }
-            TripPolicy::Adaptive(p) => PolicyState::Adaptive(Box::new(adaptive::Detector::new(p))),
-            TripPolicy::AnyOf(list) => {
-                PolicyState::AnyOf(list.iter().map(PolicyState::new).collect())
-            }
-            TripPolicy::PerClass(p) => PolicyState::PerClass(Box::new(per_class::Split::new(p))),
+        policy.policy().start()
+    }
+
+    fn rule(&self) -> &dyn Rule {
+        match self {
+            PolicyState::Streak(streak) => streak,
+            PolicyState::Rule(rule) => rule.as_ref(),
         }
     }
 
-    /// Records one outcome; returns the reason to trip, if any. In an any-of,
-    /// every member records the outcome and the first that trips is named.
-    pub(crate) fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
+    fn rule_mut(&mut self) -> &mut dyn Rule {
         match self {
-            PolicyState::Consecutive(p) => p.record(sample),
-            PolicyState::CountWindow(p) => p.record(sample, now_ms),
-            PolicyState::TimeWindow(p) => p.record(sample, now_ms),
-            PolicyState::SlowCalls(p) => p.record(sample, now_ms),
-            PolicyState::Adaptive(p) => p.record(sample, now_ms),
-            PolicyState::AnyOf(list) => list
-                .iter_mut()
-                .map(|p| p.record(sample, now_ms))
-                .fold(None, |first, trip| first.or(trip)),
-            PolicyState::PerClass(p) => p.record(sample, now_ms),
+            PolicyState::Streak(streak) => streak,
+            PolicyState::Rule(rule) => rule.as_mut(),
         }
+    }
+
+    /// Records one outcome; returns the reason to trip, if any.
+    pub(crate) fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
+        self.rule_mut().record(sample, now_ms)
     }
 
     /// Whether a success (no slower than any slow-call threshold) must be
     /// recorded at once, under the breaker's lock. When it need not, the
     /// breaker skips it, or, for policies that count calls in time, adds it
     /// to a tally of successes folded in later (see [`Self::tally_end`]).
-    /// An adaptive policy learns from every success.
     pub(crate) fn success_matters(&self) -> bool {
-        match self {
-            PolicyState::Consecutive(p) => p.success_matters(),
-            PolicyState::CountWindow(p) => p.success_matters(),
-            PolicyState::TimeWindow(p) => p.success_matters(),
-            PolicyState::SlowCalls(p) => p.success_matters(),
-            PolicyState::Adaptive(_) => true,
-            PolicyState::AnyOf(list) => list.iter().any(PolicyState::success_matters),
-            PolicyState::PerClass(p) => p.members().any(PolicyState::success_matters),
-        }
+        self.rule().success_matters()
     }
 
     /// Whether a member records every success under the lock, whatever
     /// the figures (an adaptive policy): successes are then never tallied.
     pub(crate) fn records_every_success(&self) -> bool {
-        match self {
-            PolicyState::Adaptive(_) => true,
-            PolicyState::AnyOf(list) => list.iter().any(PolicyState::records_every_success),
-            PolicyState::PerClass(p) => p.members().any(PolicyState::records_every_success),
-            _ => false,
-        }
+        self.rule().records_every_success()
     }
 
     /// For policies that count calls in buckets of time: until when a
@@ -484,63 +487,17 @@ impl PolicyState {
         self.each_buckets(&mut |buckets| buckets.add_calls(count, at_ms));
     }
 
-    fn each_buckets(&mut self, f: &mut impl FnMut(&mut time_window::Buckets)) {
-        match self {
-            PolicyState::TimeWindow(p) => f(p.buckets()),
-            PolicyState::SlowCalls(p) => {
-                if let Some(buckets) = p.buckets() {
-                    f(buckets);
-                }
-            }
-            PolicyState::AnyOf(list) => list.iter_mut().for_each(|p| p.each_buckets(f)),
-            PolicyState::PerClass(p) => p.members_mut().for_each(|p| p.each_buckets(f)),
-            PolicyState::Consecutive(_)
-            | PolicyState::CountWindow(_)
-            | PolicyState::Adaptive(_) => {}
-        }
+    pub(crate) fn each_buckets(&mut self, f: &mut dyn FnMut(&mut time_window::Buckets)) {
+        self.rule_mut().each_buckets(f);
     }
 
     /// Called whenever the breaker opens, and on a manual reset. An adaptive
     /// policy clears its test and keeps its baseline.
     pub(crate) fn reset(&mut self) {
-        match self {
-            PolicyState::Consecutive(p) => p.reset(),
-            PolicyState::CountWindow(p) => p.reset(),
-            PolicyState::TimeWindow(p) => p.reset(),
-            PolicyState::SlowCalls(p) => p.reset(),
-            PolicyState::Adaptive(p) => p.reset(),
-            PolicyState::AnyOf(list) => list.iter_mut().for_each(PolicyState::reset),
-            PolicyState::PerClass(p) => p.members_mut().for_each(PolicyState::reset),
-        }
+        self.rule_mut().reset();
     }
 
     pub(crate) fn figures(&self, now_ms: u64) -> PolicyFigures {
-        match self {
-            PolicyState::Consecutive(p) => PolicyFigures::ConsecutiveFailures {
-                failures: p.failures(),
-                threshold: p.threshold(),
-            },
-            PolicyState::CountWindow(p) => {
-                let (threshold, window) = p.limits();
-                PolicyFigures::CountWindow {
-                    failures: p.counted(now_ms),
-                    threshold,
-                    window,
-                }
-            }
-            PolicyState::TimeWindow(p) => {
-                let (calls, failures) = p.totals(now_ms);
-                PolicyFigures::TimeWindow { calls, failures }
-            }
-            PolicyState::SlowCalls(p) => {
-                let (calls, slow) = p.totals(now_ms);
-                PolicyFigures::SlowCalls { calls, slow }
-            }
-            PolicyState::Adaptive(p) => p.figures(now_ms),
-            PolicyState::AnyOf(list) => {
-                PolicyFigures::AnyOf(list.iter().map(|p| p.figures(now_ms)).collect())
-            }
-            PolicyState::PerClass(p) => p.figures(now_ms),
-        }
+        self.rule().figures(now_ms)
     }
 }

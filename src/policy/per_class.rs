@@ -1,7 +1,10 @@
 //! Thresholds per failure class: a policy for each class a user names, and
 //! one for every other failure.
 
-use super::{PolicyFigures, PolicyState, Sample, TripPolicy, TripReason};
+use std::time::Duration;
+
+use super::time_window::Buckets;
+use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripPolicy, TripReason};
 use crate::error::ConfigError;
 use crate::outcome::FailureClass;
 
@@ -65,7 +68,18 @@ impl PerClass {
         &self.classes
     }
 
-    pub(crate) fn validate(&self, path: &str) -> Result<(), ConfigError> {
+    /// Every member: the rest first.
+    fn members(&self) -> impl Iterator<Item = &TripPolicy> {
+        std::iter::once(&*self.rest).chain(self.classes.iter().map(|(_, p)| p))
+    }
+}
+
+impl Policy for PerClass {
+    fn key(&self) -> &'static str {
+        "per_class"
+    }
+
+    fn validate(&self, path: &str) -> Result<(), ConfigError> {
         self.rest.validate(&format!("{path}.rest"))?;
         for (i, (class, policy)) in self.classes.iter().enumerate() {
             if self.classes[..i].iter().any(|(c, _)| c == class) {
@@ -79,9 +93,20 @@ impl PerClass {
         Ok(())
     }
 
-    /// Every member: the rest first.
-    pub(crate) fn members(&self) -> impl Iterator<Item = &TripPolicy> {
-        std::iter::once(&*self.rest).chain(self.classes.iter().map(|(_, p)| p))
+    fn needs_clock(&self) -> bool {
+        self.members().any(TripPolicy::needs_clock)
+    }
+
+    fn needs_latency(&self) -> bool {
+        self.members().any(TripPolicy::needs_latency)
+    }
+
+    fn slow_threshold(&self) -> Option<Duration> {
+        self.members().filter_map(TripPolicy::slow_threshold).min()
+    }
+
+    fn start(&self) -> PolicyState {
+        PolicyState::Rule(Box::new(Split::new(self)))
     }
 }
 
@@ -104,9 +129,19 @@ impl Split {
         }
     }
 
+    fn members(&self) -> impl Iterator<Item = &PolicyState> {
+        std::iter::once(&self.rest).chain(self.classes.iter().map(|(_, p)| p))
+    }
+
+    fn members_mut(&mut self) -> impl Iterator<Item = &mut PolicyState> {
+        std::iter::once(&mut self.rest).chain(self.classes.iter_mut().map(|(_, p)| p))
+    }
+}
+
+impl Rule for Split {
     /// A failure goes to its class's member (or the rest's); a success to
     /// every member. The first that trips is named.
-    pub(crate) fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
+    fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
         if sample.failure {
             let named = sample
                 .class
@@ -136,15 +171,23 @@ impl Split {
         first
     }
 
-    pub(crate) fn members(&self) -> impl Iterator<Item = &PolicyState> {
-        std::iter::once(&self.rest).chain(self.classes.iter().map(|(_, p)| p))
+    fn success_matters(&self) -> bool {
+        self.members().any(PolicyState::success_matters)
     }
 
-    pub(crate) fn members_mut(&mut self) -> impl Iterator<Item = &mut PolicyState> {
-        std::iter::once(&mut self.rest).chain(self.classes.iter_mut().map(|(_, p)| p))
+    fn records_every_success(&self) -> bool {
+        self.members().any(PolicyState::records_every_success)
     }
 
-    pub(crate) fn figures(&self, now_ms: u64) -> PolicyFigures {
+    fn each_buckets(&mut self, f: &mut dyn FnMut(&mut Buckets)) {
+        self.members_mut().for_each(|member| member.each_buckets(f));
+    }
+
+    fn reset(&mut self) {
+        self.members_mut().for_each(PolicyState::reset);
+    }
+
+    fn figures(&self, now_ms: u64) -> PolicyFigures {
         PolicyFigures::PerClass {
             rest: Box::new(self.rest.figures(now_ms)),
             classes: self

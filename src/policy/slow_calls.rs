@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::time_window::{trips, validate_min_calls, validate_rate, validate_time, Buckets};
-use super::{Sample, TripReason};
+use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
 use crate::error::ConfigError;
 
 /// The largest count window a slow-call policy may keep (one byte per call).
@@ -93,8 +93,14 @@ impl SlowCalls {
     pub fn threshold(&self) -> Duration {
         self.slower_than
     }
+}
 
-    pub(crate) fn validate(&self, path: &str) -> Result<(), ConfigError> {
+impl Policy for SlowCalls {
+    fn key(&self) -> &'static str {
+        "slow_calls"
+    }
+
+    fn validate(&self, path: &str) -> Result<(), ConfigError> {
         if self.slower_than.is_zero() {
             return Err(ConfigError::new(
                 format!("{path}.slower_than"),
@@ -123,6 +129,22 @@ impl SlowCalls {
                 validate_time(&format!("{path}.window"), "length", length, buckets)
             }
         }
+    }
+
+    fn needs_clock(&self) -> bool {
+        true
+    }
+
+    fn needs_latency(&self) -> bool {
+        true
+    }
+
+    fn slow_threshold(&self) -> Option<Duration> {
+        Some(self.slower_than)
+    }
+
+    fn start(&self) -> PolicyState {
+        PolicyState::Rule(Box::new(SlowRate::new(self)))
     }
 }
 
@@ -183,7 +205,16 @@ impl SlowRate {
         }
     }
 
-    pub(crate) fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
+    fn totals(&self, now_ms: u64) -> (u32, u32) {
+        match &self.counter {
+            Counter::Calls(ring) => (ring.filled, ring.hits),
+            Counter::Time(buckets) => buckets.totals(now_ms),
+        }
+    }
+}
+
+impl Rule for SlowRate {
+    fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
         let slow = sample.elapsed.is_some_and(|e| e > self.slower_than);
         match &mut self.counter {
             Counter::Calls(ring) => ring.add(slow),
@@ -191,36 +222,27 @@ impl SlowRate {
         }
         let (calls, slow) = self.totals(now_ms);
         trips(calls, slow, self.min_calls, self.rate)
-            .then_some(TripReason::SlowCallRate { slow, calls })
-    }
-
-    pub(crate) fn totals(&self, now_ms: u64) -> (u32, u32) {
-        match &self.counter {
-            Counter::Calls(ring) => (ring.filled, ring.hits),
-            Counter::Time(buckets) => buckets.totals(now_ms),
-        }
+            .then_some(TripReason::SlowCalls { slow, calls })
     }
 
     /// Whether a call no slower than the threshold must be recorded at
     /// once. Over calls: while the ring is filling or holds a slow call (a
     /// fast one then moves the window). Over time: only while it could
     /// trip, as for [`TimeWindow`](super::TimeWindow).
-    pub(crate) fn success_matters(&self) -> bool {
+    fn success_matters(&self) -> bool {
         match &self.counter {
             Counter::Calls(ring) => ring.hits > 0 || (ring.filled as usize) < ring.slow.len(),
             Counter::Time(buckets) => buckets.call_could_trip(self.min_calls, self.rate),
         }
     }
 
-    /// The calls a fast call is counted with in time, if counted in time.
-    pub(crate) fn buckets(&mut self) -> Option<&mut Buckets> {
-        match &mut self.counter {
-            Counter::Calls(_) => None,
-            Counter::Time(buckets) => Some(buckets),
+    fn each_buckets(&mut self, f: &mut dyn FnMut(&mut Buckets)) {
+        if let Counter::Time(buckets) = &mut self.counter {
+            f(buckets);
         }
     }
 
-    pub(crate) fn reset(&mut self) {
+    fn reset(&mut self) {
         match &mut self.counter {
             Counter::Calls(ring) => {
                 ring.slow.fill(false);
@@ -230,5 +252,10 @@ impl SlowRate {
             }
             Counter::Time(buckets) => buckets.reset(),
         }
+    }
+
+    fn figures(&self, now_ms: u64) -> PolicyFigures {
+        let (calls, slow) = self.totals(now_ms);
+        PolicyFigures::SlowCalls { calls, slow }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{Sample, TripReason};
+use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
 use crate::error::ConfigError;
 use crate::millis::millis;
 
@@ -92,11 +92,25 @@ impl TimeWindow {
     pub fn minimum_calls(&self) -> u32 {
         self.min_calls
     }
+}
 
-    pub(crate) fn validate(&self, path: &str) -> Result<(), ConfigError> {
+impl Policy for TimeWindow {
+    fn key(&self) -> &'static str {
+        "time_window"
+    }
+
+    fn validate(&self, path: &str) -> Result<(), ConfigError> {
         validate_time(path, "window", self.window, self.buckets)?;
         validate_min_calls(path, self.min_calls)?;
         validate_rate(path, "failure_rate", self.failure_rate)
+    }
+
+    fn needs_clock(&self) -> bool {
+        true
+    }
+
+    fn start(&self) -> PolicyState {
+        PolicyState::Rule(Box::new(FailureRate::new(self)))
     }
 }
 
@@ -297,29 +311,32 @@ impl FailureRate {
             rate: policy.failure_rate,
         }
     }
+}
 
-    pub(crate) fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
+impl Rule for FailureRate {
+    fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
         self.buckets.add(sample.failure, now_ms);
         let (calls, failures) = (self.buckets.calls, self.buckets.hits);
         trips(calls, failures, self.min_calls, self.rate)
-            .then_some(TripReason::FailureRate { failures, calls })
-    }
-
-    pub(crate) fn totals(&self, now_ms: u64) -> (u32, u32) {
-        self.buckets.totals(now_ms)
+            .then_some(TripReason::TimeWindow { failures, calls })
     }
 
     /// Whether a success could trip it, and so must be recorded at once.
-    pub(crate) fn success_matters(&self) -> bool {
+    fn success_matters(&self) -> bool {
         self.buckets.call_could_trip(self.min_calls, self.rate)
     }
 
-    pub(crate) fn buckets(&mut self) -> &mut Buckets {
-        &mut self.buckets
+    fn each_buckets(&mut self, f: &mut dyn FnMut(&mut Buckets)) {
+        f(&mut self.buckets);
     }
 
-    pub(crate) fn reset(&mut self) {
+    fn reset(&mut self) {
         self.buckets.reset();
+    }
+
+    fn figures(&self, now_ms: u64) -> PolicyFigures {
+        let (calls, failures) = self.buckets.totals(now_ms);
+        PolicyFigures::TimeWindow { calls, failures }
     }
 }
 

@@ -51,10 +51,10 @@ impl Serialize for TripReason {
             TripReason::CountWindow { failures, window } => {
                 (&[("failures", failures), ("window", window)], None, None)
             }
-            TripReason::FailureRate { failures, calls } => {
+            TripReason::TimeWindow { failures, calls } => {
                 (&[("failures", failures), ("calls", calls)], None, None)
             }
-            TripReason::SlowCallRate { slow, calls } => {
+            TripReason::SlowCalls { slow, calls } => {
                 (&[("slow", slow), ("calls", calls)], None, None)
             }
             TripReason::Adaptive {

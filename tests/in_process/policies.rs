@@ -29,7 +29,7 @@ fn count_window_trip(failures: u32, window: u32) -> TripReason {
 
 /// The reason a time window trips with `failures` of `calls` failed.
 fn failure_rate_trip(failures: u32, calls: u32) -> TripReason {
-    TripReason::FailureRate { failures, calls }
+    TripReason::TimeWindow { failures, calls }
 }
 
 /// What a time window shows holding `calls` calls, `failures` of them failed.
@@ -488,7 +488,7 @@ async fn slow_calls_exactly_at_the_threshold_are_not_slow() {
 async fn slow_calls_below_min_calls_never_trip_even_all_slow() {
     let mut h = Harness::new(slow_calls(4, 0.5));
     h.repeat(3, Call::SlowOk(SLOW)).await;
-    let reason = TripReason::SlowCallRate { slow: 4, calls: 4 };
+    let reason = TripReason::SlowCalls { slow: 4, calls: 4 };
     next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 
@@ -498,7 +498,7 @@ async fn slow_call_rate_trips_at_threshold_not_just_below() {
     h.repeat(3, Call::SlowOk(FAST)).await;
     h.through(Call::SlowOk(SLOW)).await; // 1 of 4
     h.through(Call::SlowOk(SLOW)).await; // 2 of 5
-    let reason = TripReason::SlowCallRate { slow: 3, calls: 6 }; // 3 of 6
+    let reason = TripReason::SlowCalls { slow: 3, calls: 6 }; // 3 of 6
     next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 
@@ -508,7 +508,7 @@ async fn slow_call_window_trips_on_recent_slow_calls_after_many_fast_ones() {
     let mut h = Harness::new(SlowCalls::new(SEC).rate(0.5).over_calls(4).min_calls(4));
     h.succeed(100).await;
     h.through(Call::SlowOk(SLOW)).await;
-    let reason = TripReason::SlowCallRate { slow: 2, calls: 4 };
+    let reason = TripReason::SlowCalls { slow: 2, calls: 4 };
     next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 
@@ -532,7 +532,7 @@ async fn slow_calls_running_concurrently_all_count_as_slow() {
     assert_eq!(b.state(), State::Open);
     assert_eq!(
         b.snapshot().last_trip,
-        Some(TripReason::SlowCallRate { slow: 3, calls: 3 })
+        Some(TripReason::SlowCalls { slow: 3, calls: 3 })
     );
 }
 
@@ -542,7 +542,7 @@ async fn slow_call_rate_trips_at_exactly_seven_of_twenty_five_with_rate_0_28() {
     let mut h = Harness::new(SlowCalls::new(SEC).rate(0.28).over_calls(25).min_calls(25));
     h.succeed(18).await;
     h.repeat(6, Call::SlowOk(SLOW)).await;
-    let reason = TripReason::SlowCallRate { slow: 7, calls: 25 };
+    let reason = TripReason::SlowCalls { slow: 7, calls: 25 };
     next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 
@@ -559,7 +559,7 @@ async fn slow_calls_over_time_trip_at_rate_within_the_window() {
     h.through(Call::Ok).await;
     h.through(Call::Ok).await;
     h.through(Call::SlowOk(SLOW)).await;
-    let reason = TripReason::SlowCallRate { slow: 2, calls: 4 };
+    let reason = TripReason::SlowCalls { slow: 2, calls: 4 };
     next_call_trips(&mut h, Call::SlowFail(SLOW), reason).await;
 }
 
@@ -641,7 +641,7 @@ async fn any_of_opens_on_slow_calls_and_names_them() {
             .into(),
     ]));
     h.through(Call::SlowOk(SLOW)).await;
-    let reason = TripReason::SlowCallRate { slow: 2, calls: 2 };
+    let reason = TripReason::SlowCalls { slow: 2, calls: 2 };
     next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 

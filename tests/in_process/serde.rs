@@ -848,14 +848,14 @@ fn every_trip_reason_and_figure_serializes_with_its_policy() {
             json!({ "policy": "count_window", "failures": 3, "window": 10, "message": "3 failures in the last 10 calls" }),
         ),
         (
-            TripReason::FailureRate {
+            TripReason::TimeWindow {
                 failures: 12,
                 calls: 20,
             },
             json!({ "policy": "time_window", "failures": 12, "calls": 20, "message": "12 failures in 20 calls within the time window" }),
         ),
         (
-            TripReason::SlowCallRate { slow: 8, calls: 10 },
+            TripReason::SlowCalls { slow: 8, calls: 10 },
             json!({ "policy": "slow_calls", "slow": 8, "calls": 10, "message": "8 slow calls in 10 calls" }),
         ),
         (

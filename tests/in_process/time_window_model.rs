@@ -177,7 +177,7 @@ async fn run_case(window: Window, steps: Vec<Step>) -> Result<(), TestCaseError>
                 })?,
                 Some((failures, calls)) => {
                     let last = h.breaker.snapshot().last_trip;
-                    let expected = TripReason::FailureRate { failures, calls };
+                    let expected = TripReason::TimeWindow { failures, calls };
                     check(
                         state == State::Open && last.as_ref() == Some(&expected),
                         || {

@@ -65,33 +65,6 @@ impl Detector {
         self.model.learned.outcomes < LEARNING.max(self.warm_up)
     }
 
-    /// Records one outcome. While warming up, the fallback judges and the
-    /// tests only gather evidence.
-    pub(crate) fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
-        let failure = sample.failure;
-        if let Some(filled) = self.held.push(failure) {
-            self.recent.learn(filled.failures, BATCH, self.horizon);
-            if let Some(word) = filled.oldest {
-                self.learn(word, BATCH);
-            }
-        }
-        // A success adds nothing to tests that hold no evidence.
-        let tripped = if failure || self.active {
-            self.judge(failure)
-        } else {
-            None
-        };
-        self.live.push(failure);
-        if self.warming_up() {
-            return self.fallback.record(sample, now_ms);
-        }
-        tripped.map(|(failures, calls)| TripReason::Adaptive {
-            failures,
-            calls,
-            baseline: self.baseline(),
-        })
-    }
-
     /// Adds one outcome to every test; the evidence of the first that
     /// reached its threshold.
     pub(super) fn judge(&mut self, failure: bool) -> Option<(u32, u32)> {
@@ -194,11 +167,49 @@ impl Detector {
             self.model.learned.rate
         }
     }
+}
+
+impl Rule for Detector {
+    /// Records one outcome. While warming up, the fallback judges and the
+    /// tests only gather evidence.
+    fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
+        let failure = sample.failure;
+        if let Some(filled) = self.held.push(failure) {
+            self.recent.learn(filled.failures, BATCH, self.horizon);
+            if let Some(word) = filled.oldest {
+                self.learn(word, BATCH);
+            }
+        }
+        // A success adds nothing to tests that hold no evidence.
+        let tripped = if failure || self.active {
+            self.judge(failure)
+        } else {
+            None
+        };
+        self.live.push(failure);
+        if self.warming_up() {
+            return self.fallback.record(sample, now_ms);
+        }
+        tripped.map(|(failures, calls)| TripReason::Adaptive {
+            failures,
+            calls,
+            baseline: self.baseline(),
+        })
+    }
+
+    /// It learns from every success.
+    fn success_matters(&self) -> bool {
+        true
+    }
+
+    fn records_every_success(&self) -> bool {
+        true
+    }
 
     /// The breaker opened (or was reset): the tests start again, and the
     /// outcomes not yet learned are forgotten, unless the policy is still
     /// learning what is normal. The baseline stays.
-    pub(crate) fn reset(&mut self) {
+    fn reset(&mut self) {
         self.evidence = [Evidence::default(); TESTS];
         self.active = false;
         let (failures, calls) = self.held.partial();
@@ -222,7 +233,7 @@ impl Detector {
         self.fallback.reset();
     }
 
-    pub(crate) fn figures(&self, now_ms: u64) -> PolicyFigures {
+    fn figures(&self, now_ms: u64) -> PolicyFigures {
         // The test nearest to its threshold.
         let tuned = &self.model.tuned;
         let nearness = |test: usize| self.evidence[test].statistic / tuned.threshold[test];

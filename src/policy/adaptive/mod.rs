@@ -6,7 +6,7 @@
 //! it, `detector` the running state fed one outcome at a time.
 
 use super::time_window::validate_rate;
-use super::{PolicyFigures, PolicyState, Sample, TripPolicy, TripReason};
+use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripPolicy, TripReason};
 use crate::error::ConfigError;
 
 mod detector;
@@ -217,8 +217,14 @@ impl Adaptive {
             (failures as u32).max(1)
         })
     }
+}
 
-    pub(crate) fn validate(&self, path: &str) -> Result<(), ConfigError> {
+impl Policy for Adaptive {
+    fn key(&self) -> &'static str {
+        "adaptive"
+    }
+
+    fn validate(&self, path: &str) -> Result<(), ConfigError> {
         let f = self.false_trips_per_million;
         if !(MIN_BUDGET..=MAX_BUDGET).contains(&f) {
             return Err(ConfigError::new(
@@ -250,13 +256,22 @@ impl Adaptive {
     }
 
     /// Whether recording needs the time: only for the fallback's sake.
-    pub(crate) fn needs_clock(&self) -> bool {
+    fn needs_clock(&self) -> bool {
         self.fallback.needs_clock()
     }
 
     /// Whether calls must be timed: only for the fallback's sake.
-    pub(crate) fn needs_latency(&self) -> bool {
+    fn needs_latency(&self) -> bool {
         self.fallback.needs_latency()
+    }
+
+    /// The fallback's: it judges slow calls while the policy warms up.
+    fn slow_threshold(&self) -> Option<std::time::Duration> {
+        self.fallback.slow_threshold()
+    }
+
+    fn start(&self) -> PolicyState {
+        PolicyState::Rule(Box::new(Detector::new(self)))
     }
 }
 
