@@ -300,6 +300,28 @@ impl TripReason {
     }
 }
 
+impl TripReason {
+    /// A policy's trip figures that are whole numbers, by name (the serde
+    /// form's fields); none for the other reasons.
+    #[cfg(feature = "serde")]
+    pub(crate) fn counts(&self) -> Vec<(&'static str, u32)> {
+        match *self {
+            TripReason::ConsecutiveFailures { failures } => vec![("failures", failures)],
+            TripReason::CountWindow { failures, window } => {
+                vec![("failures", failures), ("window", window)]
+            }
+            TripReason::TimeWindow { failures, calls } => {
+                vec![("failures", failures), ("calls", calls)]
+            }
+            TripReason::SlowCalls { slow, calls } => vec![("slow", slow), ("calls", calls)],
+            TripReason::Adaptive {
+                failures, calls, ..
+            } => vec![("failures", failures), ("calls", calls)],
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl fmt::Display for TripReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -406,6 +428,46 @@ pub enum PolicyFigures {
         /// Each class named, with its policy's figures.
         classes: Vec<(crate::outcome::FailureClass, PolicyFigures)>,
     },
+}
+
+impl PolicyFigures {
+    /// The policy's name and its figures by name, for the policies whose
+    /// figures are whole numbers (the serde form's fields); the composite
+    /// and adaptive policies' are written apart, and have none here.
+    #[cfg(feature = "serde")]
+    pub(crate) fn counts(&self) -> (&'static str, Vec<(&'static str, u32)>) {
+        match *self {
+            PolicyFigures::ConsecutiveFailures {
+                failures,
+                threshold,
+            } => (
+                "consecutive_failures",
+                vec![("failures", failures), ("threshold", threshold)],
+            ),
+            PolicyFigures::CountWindow {
+                failures,
+                threshold,
+                window,
+            } => (
+                "count_window",
+                vec![
+                    ("failures", failures),
+                    ("threshold", threshold),
+                    ("window", window),
+                ],
+            ),
+            PolicyFigures::TimeWindow { calls, failures } => (
+                "time_window",
+                vec![("calls", calls), ("failures", failures)],
+            ),
+            PolicyFigures::SlowCalls { calls, slow } => {
+                ("slow_calls", vec![("calls", calls), ("slow", slow)])
+            }
+            PolicyFigures::Adaptive { .. } => ("adaptive", Vec::new()),
+            PolicyFigures::AnyOf(_) => ("any_of", Vec::new()),
+            PolicyFigures::PerClass { .. } => ("per_class", Vec::new()),
+        }
+    }
 }
 
 /// One recorded closed-state outcome.

@@ -46,27 +46,9 @@ impl Serialize for TripReason {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         // Whole-number figures, then an adaptive trip's baseline or a
         // pushback's wait.
-        let (figures, baseline, retry_after_ms): (&[(&'static str, u32)], _, _) = match *self {
-            TripReason::ConsecutiveFailures { failures } => (&[("failures", failures)], None, None),
-            TripReason::CountWindow { failures, window } => {
-                (&[("failures", failures), ("window", window)], None, None)
-            }
-            TripReason::TimeWindow { failures, calls } => {
-                (&[("failures", failures), ("calls", calls)], None, None)
-            }
-            TripReason::SlowCalls { slow, calls } => {
-                (&[("slow", slow), ("calls", calls)], None, None)
-            }
-            TripReason::Adaptive {
-                failures,
-                calls,
-                baseline,
-            } => (
-                &[("failures", failures), ("calls", calls)],
-                Some(baseline),
-                None,
-            ),
-            TripReason::Pushback { retry_after } => (&[], None, Some(millis_up(retry_after))),
+        let (baseline, retry_after_ms) = match *self {
+            TripReason::Adaptive { baseline, .. } => (Some(baseline), None),
+            TripReason::Pushback { retry_after } => (None, Some(millis_up(retry_after))),
             TripReason::PerClass { class, ref reason } => {
                 let mut s = serializer.serialize_struct("TripReason", 4)?;
                 s.serialize_field("policy", self.policy())?;
@@ -75,20 +57,16 @@ impl Serialize for TripReason {
                 s.serialize_field("message", &self.to_string())?;
                 return s.end();
             }
-            TripReason::ProbeFailed
-            | TripReason::ProbeTimedOut
-            | TripReason::ProbeCancelled
-            | TripReason::Manual
-            | TripReason::Shared
-            | TripReason::Signal { .. } => (&[], None, None),
+            _ => (None, None),
         };
+        let figures = self.counts();
         let len = 2
             + figures.len()
             + usize::from(baseline.is_some())
             + usize::from(retry_after_ms.is_some());
         let mut s = serializer.serialize_struct("TripReason", len)?;
         s.serialize_field("policy", self.policy())?;
-        for (name, value) in figures {
+        for (name, value) in &figures {
             s.serialize_field(name, value)?;
         }
         if let Some(baseline) = baseline {
@@ -110,32 +88,7 @@ impl Serialize for TripReason {
 /// its fallback's figures in `fallback` (otherwise null).
 impl Serialize for PolicyFigures {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let (policy, figures): (&'static str, &[(&'static str, u32)]) = match *self {
-            PolicyFigures::ConsecutiveFailures {
-                failures,
-                threshold,
-            } => (
-                "consecutive_failures",
-                &[("failures", failures), ("threshold", threshold)],
-            ),
-            PolicyFigures::CountWindow {
-                failures,
-                threshold,
-                window,
-            } => (
-                "count_window",
-                &[
-                    ("failures", failures),
-                    ("threshold", threshold),
-                    ("window", window),
-                ],
-            ),
-            PolicyFigures::TimeWindow { calls, failures } => {
-                ("time_window", &[("calls", calls), ("failures", failures)])
-            }
-            PolicyFigures::SlowCalls { calls, slow } => {
-                ("slow_calls", &[("calls", calls), ("slow", slow)])
-            }
+        match *self {
             PolicyFigures::PerClass {
                 ref rest,
                 ref classes,
@@ -181,10 +134,12 @@ impl Serialize for PolicyFigures {
                 s.serialize_field("fallback", fallback)?;
                 return s.end();
             }
-        };
+            _ => {}
+        }
+        let (policy, figures) = self.counts();
         let mut s = serializer.serialize_struct("PolicyFigures", 1 + figures.len())?;
         s.serialize_field("policy", policy)?;
-        for (name, value) in figures {
+        for (name, value) in &figures {
             s.serialize_field(name, value)?;
         }
         s.end()
