@@ -17,7 +17,7 @@ use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::store::Fleet;
 use tower_circuit_breaker::{Breaker, CircuitOpen, Config, Control, State};
 
-use super::Flaky;
+use super::Upstream;
 
 /// How long a shared opening lasts in every scenario.
 pub const OPEN: Duration = Duration::from_millis(500);
@@ -55,7 +55,7 @@ impl Instance {
     /// One request (`0`: a probe, if it reaches the upstream), on a task
     /// of its own with a clone of the client; whether the breaker refused
     /// it.
-    pub async fn refused(&self, upstream: &Flaky, request: u32) -> bool {
+    pub async fn refused(&self, upstream: &Upstream, request: u32) -> bool {
         let client = self.breaker.layer().layer(upstream.clone());
         let call = tokio::spawn(async move { client.oneshot(request).await });
         match call.await.expect("the request task ran") {
@@ -125,7 +125,7 @@ pub async fn counted(store: &Fleet, name: &str, n: u64) {
 /// Every instance sends a request every 10 ms until one reaches the
 /// upstream (the probe, once the open period is over); then every
 /// instance must close, the upstream having seen that one call.
-async fn probe_closes_the_fleet(fleet: &[Instance], upstream: &Flaky) {
+async fn probe_closes_the_fleet(fleet: &[Instance], upstream: &Upstream) {
     let calls = upstream.calls();
     let deadline = Instant::now() + Duration::from_secs(10);
     'probing: loop {
@@ -143,8 +143,8 @@ async fn probe_closes_the_fleet(fleet: &[Instance], upstream: &Flaky) {
 }
 
 /// `n` requests through `instance`, each failing at the upstream.
-async fn fail(instance: &Instance, upstream: &Flaky, n: usize) {
-    upstream.fail(true);
+async fn fail(instance: &Instance, upstream: &Upstream, n: usize) {
+    upstream.fail();
     for _ in 0..n {
         assert!(!instance.refused(upstream, 1).await, "refused, not failed");
     }
@@ -158,8 +158,8 @@ async fn all_in(fleet: &[Instance], state: State, what: &str) {
 pub async fn failures_spread_over_instances_open_every_instance(backend: &impl Backend) {
     let new = backend.fleet(1);
     let fleet = instances(&*new, 3, "spread", 3).await;
-    let upstream = Flaky::default();
-    upstream.fail(true);
+    let upstream = Upstream::default();
+    upstream.fail();
     for instance in &fleet[..2] {
         assert!(!instance.refused(&upstream, 1).await);
     }
@@ -185,8 +185,8 @@ pub async fn failures_spread_over_instances_open_every_instance(backend: &impl B
 pub async fn a_success_anywhere_resets_the_shared_count(backend: &impl Backend) {
     let new = backend.fleet(1);
     let fleet = instances(&*new, 2, "reset-count", 3).await;
-    let upstream = Flaky::default();
-    upstream.fail(true);
+    let upstream = Upstream::default();
+    upstream.fail();
     assert!(!fleet[0].refused(&upstream, 1).await);
     assert!(!fleet[0].refused(&upstream, 1).await);
     counted(&fleet[1].store, "reset-count", 2).await;
@@ -194,12 +194,12 @@ pub async fn a_success_anywhere_resets_the_shared_count(backend: &impl Backend) 
     // next refresh; a success writes only when its instance knows the
     // count is not zero).
     settle().await;
-    upstream.fail(false);
+    upstream.recover();
     assert!(!fleet[1].refused(&upstream, 1).await);
     counted(&fleet[0].store, "reset-count", 0).await;
     // A failure after the success (where the instance's own streak also
     // started again): one in the fleet's count, which opens nothing.
-    upstream.fail(true);
+    upstream.fail();
     assert!(!fleet[1].refused(&upstream, 1).await);
     counted(&fleet[0].store, "reset-count", 1).await;
     settle().await;
@@ -217,8 +217,8 @@ pub async fn instances_send_one_probe_per_open_period_and_all_learn_the_result(
 ) {
     let new = backend.fleet(1);
     let fleet = instances(&*new, 4, "probes", 1).await;
-    let upstream = Flaky::default();
-    upstream.fail(true);
+    let upstream = Upstream::default();
+    upstream.fail();
     assert!(!fleet[0].refused(&upstream, 1).await);
     all_in(&fleet, State::Open, "the failure opened every instance").await;
     let before = upstream.calls();
@@ -236,7 +236,7 @@ pub async fn instances_send_one_probe_per_open_period_and_all_learn_the_result(
         "{probes} probes in {periods} open periods: at most one each"
     );
 
-    upstream.fail(false);
+    upstream.recover();
     probe_closes_the_fleet(&fleet, &upstream).await;
 }
 
@@ -247,7 +247,7 @@ pub async fn below_the_quorum_one_instance_opens_alone_and_a_quorum_opens_all(
 ) {
     let new = backend.fleet(2);
     let fleet = instances(&*new, 3, "quorum", 2).await;
-    let upstream = Flaky::default();
+    let upstream = Upstream::default();
     fail(&fleet[0], &upstream, 2).await;
     eventually("the first instance open on its own", || {
         fleet[0].state() == State::Open
@@ -278,7 +278,7 @@ pub async fn a_fleet_wide_hold_reaches_every_instance_and_restore_undoes_it(
 ) {
     let new = backend.fleet(1);
     let mut fleet = instances(&*new, 3, "held", 2).await;
-    let upstream = Flaky::default();
+    let upstream = Upstream::default();
     let steer = fleet[1].store.clone();
     for (control, held) in [
         (Control::ForceClosed, State::ForcedClosed),
@@ -320,7 +320,7 @@ pub async fn a_fleet_wide_hold_reaches_every_instance_and_restore_undoes_it(
 pub async fn a_timed_fleet_force_open_ends_in_one_probe_for_the_fleet(backend: &impl Backend) {
     let new = backend.fleet(1);
     let fleet = instances(&*new, 4, "timed", 2).await;
-    let upstream = Flaky::default();
+    let upstream = Upstream::default();
     fleet[0]
         .store
         .control("timed", Control::ForceOpen(Some(OPEN * 2)))
@@ -339,7 +339,7 @@ pub async fn a_fleet_wide_reset_forgets_the_opening_and_every_instances_counts(
 ) {
     let new = backend.fleet(1);
     let fleet = instances(&*new, 3, "reset", 2).await;
-    let upstream = Flaky::default();
+    let upstream = Upstream::default();
     fail(&fleet[0], &upstream, 2).await;
     all_in(&fleet, State::Open, "open everywhere").await;
     fleet[2].breaker.force_closed();

@@ -1,6 +1,7 @@
-//! Helpers shared by the integration tests: here, a scripted inner
-//! service to drive a breaker through; in the submodules, what tests of
-//! one kind share (paused time, servers on loopback, captured traces).
+//! Helpers shared by the integration tests: here, a harness that drives a
+//! breaker over the shared fake upstream ([`Upstream`], in `upstream.rs`);
+//! in the submodules, what tests of one kind share (paused time, servers on
+//! loopback, captured traces).
 //!
 //! Each test binary declares this module once (`#[path =
 //! "../common/mod.rs"] mod common;` in `tests/<group>/main.rs`) and its
@@ -29,113 +30,21 @@ pub mod paused;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod rng;
+pub mod upstream;
+
+pub use upstream::{Call, InnerFailure, Upstream};
 
 use std::error::Error;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tower::{BoxError, Service, ServiceExt};
 use tower_circuit_breaker::policy::TripPolicy;
 use tower_circuit_breaker::{Breaker, CircuitBreaker, CircuitOpen, Config, ConfigBuilder, State};
 
-/// The error the scripted inner service fails with, so a test can tell an
-/// inner failure from a breaker rejection.
-#[derive(Debug)]
-pub struct InnerFailure;
-
-impl fmt::Display for InnerFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("inner service failed")
-    }
-}
-
-impl Error for InnerFailure {}
-
-/// What a test call asks the scripted inner service to do.
-#[derive(Clone, Copy, Debug)]
-pub enum Call {
-    /// Answer `Ok` at once.
-    Ok,
-    /// Answer `Err(InnerFailure)` at once.
-    Fail,
-    /// Sleep (on tokio's clock), then answer `Ok`.
-    SlowOk(Duration),
-    /// Sleep (on tokio's clock), then answer `Err(InnerFailure)`.
-    SlowFail(Duration),
-}
-
-/// An inner service that does what each request says and counts how often
-/// its `poll_ready` and `call` run. While `ready` is false its `poll_ready`
-/// returns `Pending` (without registering a waker: only for callers that do
-/// not wait, such as `tower::load_shed`).
-#[derive(Clone, Debug)]
-pub struct Scripted {
-    pub polls: Arc<AtomicUsize>,
-    pub calls: Arc<AtomicUsize>,
-    pub ready: Arc<AtomicBool>,
-}
-
-impl Default for Scripted {
-    fn default() -> Self {
-        Scripted {
-            polls: Arc::default(),
-            calls: Arc::default(),
-            ready: Arc::new(AtomicBool::new(true)),
-        }
-    }
-}
-
-impl Scripted {
-    pub fn polls(&self) -> usize {
-        self.polls.load(Ordering::SeqCst)
-    }
-
-    pub fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-
-    pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::SeqCst);
-    }
-}
-
-impl Service<Call> for Scripted {
-    type Response = ();
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.polls.fetch_add(1, Ordering::SeqCst);
-        if self.ready.load(Ordering::SeqCst) {
-            Poll::Ready(Ok(()))
-        } else {
-            Poll::Pending
-        }
-    }
-
-    fn call(&mut self, call: Call) -> Self::Future {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async move {
-            match call {
-                Call::Ok => Ok(()),
-                Call::Fail => Err(InnerFailure.into()),
-                Call::SlowOk(d) => {
-                    tokio::time::sleep(d).await;
-                    Ok(())
-                }
-                Call::SlowFail(d) => {
-                    tokio::time::sleep(d).await;
-                    Err(InnerFailure.into())
-                }
-            }
-        })
-    }
-}
+/// The shared upstream taking [`Call`]s: each request says what it does.
+pub type Scripted = Upstream<Call>;
 
 /// Whether `err` is (or wraps) the breaker's open rejection.
 pub fn is_open(err: &BoxError) -> bool {
@@ -193,11 +102,12 @@ pub fn breaker(policy: impl Into<TripPolicy>) -> Breaker {
     Breaker::new(builder(policy).build().expect("valid config"))
 }
 
-/// A breaker guarding a [`Scripted`] service, driven one call at a time.
+/// A breaker guarding an [`Upstream`] of [`Call`]s, driven one call at a
+/// time.
 pub struct Harness {
     pub breaker: Breaker,
-    pub inner: Scripted,
-    pub svc: CircuitBreaker<Scripted>,
+    pub inner: Upstream<Call>,
+    pub svc: CircuitBreaker<Upstream<Call>>,
 }
 
 impl Harness {
@@ -210,7 +120,7 @@ impl Harness {
     }
 
     pub fn with_breaker(breaker: Breaker) -> Self {
-        let inner = Scripted::default();
+        let inner = Upstream::default();
         let svc = CircuitBreaker::new(inner.clone(), &breaker);
         Harness {
             breaker,
@@ -228,8 +138,9 @@ impl Harness {
         self.svc.ready().await?.call(call).await
     }
 
-    /// One call that must reach the inner service and come back as `expect`
-    /// says: `Ok` for `Ok`/`SlowOk`, the inner failure for `Fail`/`SlowFail`.
+    /// One call that must reach the inner service and come back as `call`
+    /// says: `Ok` for `Ok`/`SlowOk`, the inner failure for `Fail`/`SlowFail`
+    /// (a `Panic` panics).
     pub async fn through(&mut self, call: Call) {
         let before = self.inner.calls();
         let result = self.call(call).await;
@@ -246,6 +157,7 @@ impl Harness {
                 Err(err) => assert!(is_inner_failure(&err), "{call:?} returned {err}"),
                 Ok(()) => panic!("{call:?} returned Ok"),
             },
+            Call::Panic => unreachable!("the inner service panicked"),
         }
     }
 
@@ -292,67 +204,6 @@ where
     S::Error: fmt::Debug,
 {
     svc.ready().await.unwrap().call(req).await
-}
-
-/// An upstream that echoes its `u32` request, or fails while `failing` is
-/// set; counts polls and calls, request 0 counting as a probe.
-#[derive(Clone, Default)]
-pub struct Flaky {
-    pub failing: Arc<AtomicBool>,
-    pub polls: Arc<AtomicUsize>,
-    pub calls: Arc<AtomicUsize>,
-    pub probes: Arc<AtomicUsize>,
-}
-
-impl Flaky {
-    /// Makes every later call fail (`true`) or succeed (`false`).
-    pub fn fail(&self, on: bool) {
-        self.failing.store(on, Ordering::SeqCst);
-    }
-
-    pub fn polls(&self) -> usize {
-        self.polls.load(Ordering::SeqCst)
-    }
-
-    pub fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-
-    /// Calls with request 0.
-    pub fn probes(&self) -> usize {
-        self.probes.load(Ordering::SeqCst)
-    }
-
-    /// Calls with any request but 0.
-    pub fn users(&self) -> usize {
-        self.calls() - self.probes()
-    }
-}
-
-impl Service<u32> for Flaky {
-    type Response = u32;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<u32, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.polls.fetch_add(1, Ordering::SeqCst);
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: u32) -> Self::Future {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        if req == 0 {
-            self.probes.fetch_add(1, Ordering::SeqCst);
-        }
-        let failing = self.failing.load(Ordering::SeqCst);
-        Box::pin(async move {
-            if failing {
-                Err(BoxError::from("upstream down"))
-            } else {
-                Ok(req)
-            }
-        })
-    }
 }
 
 /// A waker that counts how often it is woken.

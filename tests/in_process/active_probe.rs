@@ -12,7 +12,7 @@ use tower_circuit_breaker::classify::ErrorsAsFailures;
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::{Breaker, CircuitBreaker, CircuitOpen, Config, Readiness, State};
 
-use common::Flaky;
+use common::Upstream;
 
 /// The model-router preset, tripping on one failure for brevity: open at
 /// least 10 s, a probe every 5 s, two successes close.
@@ -25,9 +25,9 @@ fn config() -> Config {
 }
 
 /// A breaker on [`config`] probing actively, and a service through it.
-fn setup() -> (Breaker, CircuitBreaker<Flaky>, Flaky) {
+fn setup() -> (Breaker, CircuitBreaker<Upstream>, Upstream) {
     let breaker = Breaker::new(config());
-    let upstream = Flaky::default();
+    let upstream = Upstream::default();
     assert!(breaker.probe_actively(upstream.clone(), || 0u32, ErrorsAsFailures));
     assert!(!breaker.probe_actively(upstream.clone(), || 0u32, ErrorsAsFailures));
     let svc = CircuitBreaker::new(upstream.clone(), &breaker);
@@ -35,24 +35,24 @@ fn setup() -> (Breaker, CircuitBreaker<Flaky>, Flaky) {
 }
 
 /// `setup`, then a user call to the failing upstream, which trips the breaker.
-async fn tripped() -> (Breaker, CircuitBreaker<Flaky>, Flaky) {
+async fn tripped() -> (Breaker, CircuitBreaker<Upstream>, Upstream) {
     let (breaker, svc, upstream) = setup();
-    upstream.fail(true);
+    upstream.fail();
     let _ = user_call(&svc).await;
     (breaker, svc, upstream)
 }
 
-async fn user_call(svc: &CircuitBreaker<Flaky>) -> Result<u32, BoxError> {
+async fn user_call(svc: &CircuitBreaker<Upstream>) -> Result<u32, BoxError> {
     svc.clone().oneshot(7).await
 }
 
 #[tokio::test(start_paused = true)]
 async fn sends_one_probe_per_interval_after_min_open_and_keeps_refusing_users() {
     let (breaker, svc, upstream) = setup();
-    upstream.fail(true);
+    upstream.fail();
     assert!(user_call(&svc).await.is_err());
     assert_eq!(breaker.state(), State::Open);
-    upstream.fail(true);
+    upstream.fail();
 
     // Nothing before min_open (10 s), then one probe at 10, 15, 20... 60 s.
     sleep(Duration::from_millis(9_900)).await;
@@ -77,7 +77,7 @@ async fn closes_after_consecutive_probe_successes_and_the_task_ends() {
     let (breaker, svc, upstream) = tripped().await;
     sleep(Duration::from_millis(10_100)).await; // first probe fails at 10 s
     assert_eq!(upstream.probes(), 1);
-    upstream.fail(false);
+    upstream.recover();
 
     sleep(Duration::from_secs(5)).await; // 15 s: one success, still refusing
     assert_eq!(upstream.probes(), 2);
@@ -96,12 +96,12 @@ async fn closes_after_consecutive_probe_successes_and_the_task_ends() {
 #[tokio::test(start_paused = true)]
 async fn a_failed_probe_after_a_success_starts_the_count_again() {
     let (breaker, _svc, upstream) = tripped().await;
-    upstream.fail(false);
+    upstream.recover();
     sleep(Duration::from_millis(10_100)).await; // success 1
-    upstream.fail(true);
+    upstream.fail();
     sleep(Duration::from_secs(5)).await; // fails: open again
     assert_eq!(breaker.state(), State::Open);
-    upstream.fail(false);
+    upstream.recover();
     sleep(Duration::from_secs(5)).await; // success 1 again
     assert_ne!(breaker.state(), State::Closed);
     sleep(Duration::from_secs(5)).await; // success 2: closed
@@ -124,14 +124,14 @@ async fn the_task_stops_when_the_breaker_is_dropped() {
 /// the task still holds it.
 #[derive(Clone)]
 struct Held {
-    upstream: Flaky,
+    upstream: Upstream,
     _token: std::sync::Arc<()>,
 }
 
 impl tower::Service<u32> for Held {
     type Response = u32;
     type Error = BoxError;
-    type Future = <Flaky as tower::Service<u32>>::Future;
+    type Future = <Upstream as tower::Service<u32>>::Future;
 
     fn poll_ready(
         &mut self,
@@ -148,7 +148,7 @@ impl tower::Service<u32> for Held {
 #[tokio::test(start_paused = true)]
 async fn the_task_lets_go_of_its_probe_service_when_the_breaker_is_dropped_mid_wait() {
     let breaker = Breaker::new(config());
-    let upstream = Flaky::default();
+    let upstream = Upstream::default();
     let token = std::sync::Arc::new(());
     let held = Held {
         upstream: upstream.clone(),
@@ -156,7 +156,7 @@ async fn the_task_lets_go_of_its_probe_service_when_the_breaker_is_dropped_mid_w
     };
     assert!(breaker.probe_actively(held, || 0u32, ErrorsAsFailures));
     let svc = CircuitBreaker::new(upstream.clone(), &breaker);
-    upstream.fail(true);
+    upstream.fail();
     let _ = user_call(&svc).await;
     assert_eq!(breaker.state(), State::Open);
     // The task now waits for the open period's end, at least 10 s away.
@@ -175,7 +175,7 @@ async fn the_task_lets_go_of_its_probe_service_when_the_breaker_is_dropped_mid_w
 #[tokio::test(start_paused = true)]
 async fn gate_waiters_wake_when_the_probes_close_it() {
     let (breaker, svc, upstream) = tripped().await;
-    upstream.fail(false);
+    upstream.recover();
     let gated = svc.clone().readiness(Readiness::Gate);
     let waiter = tokio::spawn(gated.oneshot(9));
     sleep(Duration::from_secs(30)).await;
@@ -199,12 +199,12 @@ fn paused_runtime() -> tokio::runtime::Runtime {
 /// next opening starts a prober on the runtime it happens on.
 fn probes_passively_then_actively_again(
     breaker: &Breaker,
-    svc: &CircuitBreaker<Flaky>,
-    upstream: &Flaky,
+    svc: &CircuitBreaker<Upstream>,
+    upstream: &Upstream,
 ) {
     paused_runtime().block_on(async {
         let probes = upstream.probes();
-        upstream.fail(false);
+        upstream.recover();
         sleep(Duration::from_secs(10)).await;
         assert_eq!(breaker.state(), State::HalfOpen);
         // Two successes close it (the preset): users' calls probe.
@@ -214,7 +214,7 @@ fn probes_passively_then_actively_again(
         assert_eq!(breaker.state(), State::Closed);
         assert_eq!(upstream.probes(), probes, "no task probed meanwhile");
 
-        upstream.fail(true);
+        upstream.fail();
         assert!(user_call(svc).await.is_err());
         assert_eq!(breaker.state(), State::Open);
         sleep(Duration::from_millis(10_100)).await;
@@ -229,7 +229,7 @@ fn a_prober_dropped_with_its_runtime_before_it_ran_falls_back_to_passive_probing
     let (breaker, svc, upstream) = setup();
     let first = paused_runtime();
     first.block_on(async {
-        upstream.fail(true);
+        upstream.fail();
         assert!(user_call(&svc).await.is_err());
         assert_eq!(breaker.state(), State::Open);
     });
@@ -242,7 +242,7 @@ fn a_prober_dropped_with_its_runtime_while_it_slept_falls_back_to_passive_probin
     let (breaker, svc, upstream) = setup();
     let first = paused_runtime();
     first.block_on(async {
-        upstream.fail(true);
+        upstream.fail();
         assert!(user_call(&svc).await.is_err());
         // The task runs and sleeps until the end of the open period.
         sleep(Duration::from_secs(1)).await;

@@ -20,7 +20,7 @@ use tower_circuit_breaker::{
     Breaker, CircuitBreaker, CircuitBreakerLayer, CircuitOpen, Config, Readiness, State,
 };
 
-use common::{counting_waker, send, wakes, Flaky};
+use common::{counting_waker, send, wakes, Upstream};
 
 fn config() -> Config {
     Config::builder()
@@ -31,30 +31,30 @@ fn config() -> Config {
         .unwrap()
 }
 
-fn gated(breaker: &Breaker, upstream: &Flaky) -> CircuitBreaker<Flaky> {
+fn gated(breaker: &Breaker, upstream: &Upstream) -> CircuitBreaker<Upstream> {
     CircuitBreaker::new(upstream.clone(), breaker).readiness(Readiness::Gate)
 }
 
-async fn trip(svc: &mut CircuitBreaker<Flaky>, upstream: &Flaky) {
-    upstream.fail(true);
+async fn trip(svc: &mut CircuitBreaker<Upstream>, upstream: &Upstream) {
+    upstream.fail();
     assert!(send(svc, 0).await.is_err());
-    upstream.fail(false);
+    upstream.recover();
 }
 
 /// A gated breaker over a fresh upstream, opened by one failed call.
-async fn tripped_gate() -> (Breaker, Flaky, CircuitBreaker<Flaky>) {
+async fn tripped_gate() -> (Breaker, Upstream, CircuitBreaker<Upstream>) {
     let breaker = Breaker::new(config());
-    let upstream = Flaky::default();
+    let upstream = Upstream::default();
     let mut svc = gated(&breaker, &upstream);
     trip(&mut svc, &upstream).await;
     (breaker, upstream, svc)
 }
 
 /// A gating layer, its breaker, and a fresh upstream to wrap.
-fn gate_layer() -> (CircuitBreakerLayer, Breaker, Flaky) {
+fn gate_layer() -> (CircuitBreakerLayer, Breaker, Upstream) {
     let layer = CircuitBreakerLayer::new(config()).readiness(Readiness::Gate);
     let breaker = layer.breaker();
-    (layer, breaker, Flaky::default())
+    (layer, breaker, Upstream::default())
 }
 
 #[tokio::test(start_paused = true)]
@@ -131,7 +131,7 @@ async fn failed_probe_on_another_clone_wakes_waiters_who_wait_for_the_next_perio
     assert!(prober.poll_ready(&mut cx).is_ready());
     assert!(waiter.poll_ready(&mut cx).is_pending());
 
-    upstream.fail(true);
+    upstream.fail();
     assert!(prober.call(1).await.is_err());
     assert_eq!(breaker.state(), State::Open);
     assert_eq!(wakes(&counter), 1, "woken by the probe's failure");
@@ -192,7 +192,7 @@ async fn load_shed_around_an_open_gate_answers_overloaded_at_once() {
         .load_shed()
         .layer(layer)
         .service(upstream.clone());
-    upstream.fail(true);
+    upstream.fail();
     assert!(send(&mut svc, 0).await.is_err());
     assert_eq!(breaker.state(), State::Open);
 
@@ -210,7 +210,7 @@ async fn load_shed_around_a_gate_loses_the_retry_after_that_fail_fast_passes_thr
         .load_shed()
         .layer(layer)
         .service(upstream.clone());
-    upstream.fail(true);
+    upstream.fail();
     assert!(send(&mut gated, 0).await.is_err());
     let err = send(&mut gated, 1).await.unwrap_err();
     assert!(err.is::<tower::load_shed::error::Overloaded>(), "{err}");
@@ -218,12 +218,12 @@ async fn load_shed_around_a_gate_loses_the_retry_after_that_fail_fast_passes_thr
 
     // Fail fast, the alternative: refused as soon, with the refusal itself.
     let layer = CircuitBreakerLayer::new(config());
-    let upstream = Flaky::default();
+    let upstream = Upstream::default();
     let mut fail_fast = ServiceBuilder::new()
         .load_shed()
         .layer(layer)
         .service(upstream.clone());
-    upstream.fail(true);
+    upstream.fail();
     assert!(send(&mut fail_fast, 0).await.is_err());
     let calls = upstream.calls();
     let err = send(&mut fail_fast, 1).await.unwrap_err();
@@ -239,9 +239,9 @@ async fn timeout_outside_a_gate_does_not_bound_the_wait_for_readiness() {
         .timeout(Duration::from_secs(1))
         .layer(layer)
         .service(upstream.clone());
-    upstream.fail(true);
+    upstream.fail();
     assert!(send(&mut svc, 0).await.is_err());
-    upstream.fail(false);
+    upstream.recover();
     assert_eq!(breaker.state(), State::Open);
 
     // tower's timeout times `call`; the gate holds the caller in
@@ -276,10 +276,10 @@ async fn buffer_around_a_gate_waits_instead_of_failing_and_is_never_poisoned() {
         .layer(layer)
         .service(upstream.clone());
 
-    upstream.fail(true);
+    upstream.fail();
     assert!(svc.clone().oneshot(0).await.is_err());
     assert_eq!(breaker.state(), State::Open);
-    upstream.fail(false);
+    upstream.recover();
 
     // Queued behind the gate: served when the open period ends, not refused.
     let started = tokio::time::Instant::now();
@@ -297,9 +297,9 @@ async fn buffer_around_a_gate_waits_instead_of_failing_and_is_never_poisoned() {
 /// A p2c balancer over `upstreams`, each behind its breaker in gate mode
 /// and counted by its pending requests.
 fn gated_balance(
-    upstreams: &[Flaky],
+    upstreams: &[Upstream],
     breakers: &[Breaker],
-) -> Balance<ServiceList<Vec<PendingRequests<CircuitBreaker<Flaky>>>>, u32> {
+) -> Balance<ServiceList<Vec<PendingRequests<CircuitBreaker<Upstream>>>>, u32> {
     let endpoints: Vec<_> = upstreams
         .iter()
         .zip(breakers)
@@ -322,12 +322,12 @@ fn gated_balance(
 #[tokio::test(start_paused = true)]
 async fn p2c_routes_around_an_endpoint_whose_registry_breaker_is_open() {
     let registry = tower_circuit_breaker::registry::Registry::<String>::new(config());
-    let upstreams: Vec<Flaky> = (0..3).map(|_| Flaky::default()).collect();
+    let upstreams: Vec<Upstream> = (0..3).map(|_| Upstream::default()).collect();
     let breakers: Vec<Breaker> = (0..upstreams.len())
         .map(|i| registry.get(&format!("pool/{i}")).expect("room"))
         .collect();
     let mut balance = gated_balance(&upstreams, &breakers);
-    upstreams[0].fail(true);
+    upstreams[0].fail();
     let state = |key: &str| registry.get(&key.to_string()).expect("room").state();
     for i in 0..200 {
         let _ = send(&mut balance, i).await;
@@ -347,12 +347,12 @@ async fn p2c_routes_around_an_endpoint_whose_registry_breaker_is_open() {
 
 #[tokio::test(start_paused = true)]
 async fn p2c_routes_around_an_open_endpoint_which_sees_only_probes_then_rejoins() {
-    let upstreams: Vec<Flaky> = (0..3).map(|_| Flaky::default()).collect();
+    let upstreams: Vec<Upstream> = (0..3).map(|_| Upstream::default()).collect();
     let breakers: Vec<Breaker> = (0..3).map(|_| Breaker::new(config())).collect();
     let mut balance = gated_balance(&upstreams, &breakers);
     let calls = |i: usize| upstreams[i].calls();
     let sick = &upstreams[0];
-    sick.fail(true);
+    sick.fail();
 
     // Until endpoint 0 is picked once, fails, and trips.
     let mut failures = 0;
@@ -386,7 +386,7 @@ async fn p2c_routes_around_an_open_endpoint_which_sees_only_probes_then_rejoins(
 
     // Recovered: after the next (doubled) period, a probe closes it and it
     // takes its share of traffic again.
-    sick.fail(false);
+    sick.recover();
     advance(Duration::from_secs(20)).await;
     for i in 0..300 {
         assert_eq!(send(&mut balance, i).await.unwrap(), i);

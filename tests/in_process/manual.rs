@@ -14,9 +14,9 @@ use tower_circuit_breaker::{
     Breaker, BreakerGroup, CircuitBreaker, CircuitOpen, Config, Readiness, State,
 };
 
-use common::{counting_waker, wakes, Flaky};
+use common::{counting_waker, wakes, Upstream};
 
-fn setup(threshold: u32) -> (Breaker, CircuitBreaker<Flaky>, Flaky) {
+fn setup(threshold: u32) -> (Breaker, CircuitBreaker<Upstream>, Upstream) {
     let breaker = Breaker::new(
         Config::builder()
             .name("manual")
@@ -26,18 +26,18 @@ fn setup(threshold: u32) -> (Breaker, CircuitBreaker<Flaky>, Flaky) {
             .build()
             .unwrap(),
     );
-    let upstream = Flaky::default();
+    let upstream = Upstream::default();
     let svc = CircuitBreaker::new(upstream.clone(), &breaker);
     (breaker, svc, upstream)
 }
 
-async fn call(svc: &mut CircuitBreaker<Flaky>, req: u32) -> Result<u32, BoxError> {
+async fn call(svc: &mut CircuitBreaker<Upstream>, req: u32) -> Result<u32, BoxError> {
     svc.ready().await?.call(req).await
 }
 
 /// Makes the upstream fail, then sends it `n` calls that must all fail.
-async fn fail_calls(svc: &mut CircuitBreaker<Flaky>, upstream: &Flaky, n: usize) {
-    upstream.fail(true);
+async fn fail_calls(svc: &mut CircuitBreaker<Upstream>, upstream: &Upstream, n: usize) {
+    upstream.fail();
     for _ in 0..n {
         assert!(call(svc, 1).await.is_err());
     }
@@ -117,7 +117,7 @@ async fn disabled_passes_everything_and_records_nothing() {
 #[tokio::test(start_paused = true)]
 async fn reset_closes_and_forgets_the_backoff() {
     let (breaker, mut svc, upstream) = setup(1);
-    upstream.fail(true);
+    upstream.fail();
     let _ = call(&mut svc, 1).await;
     advance(Duration::from_secs(10)).await;
     let _ = call(&mut svc, 1).await; // failed probe: next period 20 s
@@ -136,7 +136,7 @@ async fn reset_closes_and_forgets_the_backoff() {
 #[tokio::test(start_paused = true)]
 async fn outcome_admitted_before_a_manual_change_is_dropped() {
     let (breaker, svc, upstream) = setup(1);
-    upstream.fail(true);
+    upstream.fail();
     let mut slow = svc.clone();
     let future = slow.ready().await.unwrap().call(1); // admitted while closed
     breaker.force_closed();
@@ -169,7 +169,7 @@ async fn shadow_mode_never_refuses_yet_reports_the_trip() {
 
     // A real breaker would refuse these five; shadow lets them through
     // and counts them as refusals, without recording their outcomes.
-    upstream.fail(false);
+    upstream.recover();
     for i in 0..5 {
         assert_eq!(call(&mut svc, i).await.unwrap(), i);
     }
@@ -212,13 +212,13 @@ async fn subscribers_see_each_transition_once_and_in_order() {
     let (breaker, svc, upstream) = setup(1);
     let mut events = breaker.subscribe();
     let config_probes = 1;
-    upstream.fail(true);
+    upstream.fail();
     // Trip, then several half-open rounds raced by many clones.
     let _ = svc.clone().oneshot(0).await;
     for round in 0..4u64 {
         advance(Duration::from_secs(10 << round)).await;
         if round == 3 {
-            upstream.fail(false);
+            upstream.recover();
         }
         let tasks: Vec<_> = (0..16)
             .map(|i| tokio::spawn(svc.clone().oneshot(i)))
