@@ -8,6 +8,7 @@
 //! | --- | --- | --- |
 //! | [`ConsecutiveFailures`] | `k` failures in a row | a dependency is either up or down (the default, `k = 5`) |
 //! | [`CountWindow`] | `k` of the last `N` outcomes failed | failures interleave with successes; traffic is bursty |
+//! | [`FailuresWithin`] | `k` failures within a period, whatever the successes | a few failures close together mean the dependency is down (nginx's `max_fails`) |
 //! | [`TimeWindow`] | failure share over a time window reaches a rate | traffic is steady and a rate means something |
 //! | [`SlowCalls`] | share of slow calls reaches a rate | the dependency degrades by slowing down before it fails |
 //! | [`Adaptive`] | recent outcomes are significantly worse than the dependency's learned baseline, by a sequential test with a stated false-trip rate | the normal failure rate is not zero, differs between dependencies, or drifts |
@@ -18,6 +19,7 @@ mod adaptive;
 mod any_of;
 mod consecutive;
 mod count_window;
+mod failures_within;
 mod per_class;
 mod slow_calls;
 mod time_window;
@@ -28,6 +30,7 @@ use std::time::Duration;
 pub use adaptive::Adaptive;
 pub use consecutive::ConsecutiveFailures;
 pub use count_window::CountWindow;
+pub use failures_within::FailuresWithin;
 pub use per_class::PerClass;
 pub use slow_calls::{SlowCalls, Window};
 pub use time_window::TimeWindow;
@@ -59,6 +62,8 @@ pub enum TripPolicy {
     AnyOf(Vec<TripPolicy>),
     /// See [`PerClass`].
     PerClass(PerClass),
+    /// See [`FailuresWithin`].
+    FailuresWithin(FailuresWithin),
 }
 
 impl TripPolicy {
@@ -87,6 +92,7 @@ impl TripPolicy {
             TripPolicy::Adaptive(p) => p,
             TripPolicy::AnyOf(list) => list,
             TripPolicy::PerClass(p) => p,
+            TripPolicy::FailuresWithin(p) => p,
         }
     }
 
@@ -196,7 +202,8 @@ from_policy!(
     TimeWindow,
     SlowCalls,
     Adaptive,
-    PerClass
+    PerClass,
+    FailuresWithin
 );
 
 /// Why a breaker opened: the policy that tripped and its figures, or a
@@ -248,6 +255,13 @@ pub enum TripReason {
         /// Why that class's policy tripped.
         reason: Box<TripReason>,
     },
+    /// [`FailuresWithin`] tripped: `failures` failures within `period`.
+    FailuresWithin {
+        /// Failures within the period (the policy's threshold).
+        failures: u32,
+        /// The period.
+        period: std::time::Duration,
+    },
     /// A half-open probe failed.
     ProbeFailed,
     /// A half-open probe was still running after the probe timeout.
@@ -289,6 +303,7 @@ impl TripReason {
             TripReason::SlowCalls { .. } => "slow_calls",
             TripReason::Adaptive { .. } => "adaptive",
             TripReason::PerClass { reason, .. } => reason.policy(),
+            TripReason::FailuresWithin { .. } => "failures_within",
             TripReason::ProbeFailed => "probe_failed",
             TripReason::ProbeTimedOut => "probe_timed_out",
             TripReason::ProbeCancelled => "probe_cancelled",
@@ -317,6 +332,13 @@ impl TripReason {
             TripReason::Adaptive {
                 failures, calls, ..
             } => vec![("failures", failures), ("calls", calls)],
+            TripReason::FailuresWithin { failures, period } => vec![
+                ("failures", failures),
+                (
+                    "period_ms",
+                    u32::try_from(period.as_millis()).unwrap_or(u32::MAX),
+                ),
+            ],
             _ => Vec::new(),
         }
     }
@@ -350,6 +372,9 @@ impl fmt::Display for TripReason {
                 baseline * 100.0
             ),
             TripReason::PerClass { class, reason } => write!(f, "{reason} of class {class}"),
+            TripReason::FailuresWithin { failures, period } => {
+                write!(f, "{failures} failures within {period:?}")
+            }
             TripReason::ProbeFailed => f.write_str("half-open probe failed"),
             TripReason::ProbeTimedOut => f.write_str("half-open probe timed out"),
             TripReason::ProbeCancelled => f.write_str("half-open probe cancelled by its caller"),
@@ -419,6 +444,13 @@ pub enum PolicyFigures {
         /// judges until then.
         fallback: Option<Box<PolicyFigures>>,
     },
+    /// Failures within the period now, and the failures that trip.
+    FailuresWithin {
+        /// Failures within the period.
+        failures: u32,
+        /// Failures that trip.
+        threshold: u32,
+    },
     /// Figures of each member, in order.
     AnyOf(Vec<PolicyFigures>),
     /// The figures of a [`PerClass`]: its rest's, and each class's.
@@ -463,6 +495,13 @@ impl PolicyFigures {
             PolicyFigures::SlowCalls { calls, slow } => {
                 ("slow_calls", vec![("calls", calls), ("slow", slow)])
             }
+            PolicyFigures::FailuresWithin {
+                failures,
+                threshold,
+            } => (
+                "failures_within",
+                vec![("failures", failures), ("threshold", threshold)],
+            ),
             PolicyFigures::Adaptive { .. } => ("adaptive", Vec::new()),
             PolicyFigures::AnyOf(_) => ("any_of", Vec::new()),
             PolicyFigures::PerClass { .. } => ("per_class", Vec::new()),

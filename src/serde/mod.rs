@@ -32,6 +32,7 @@
 //! | --- | --- |
 //! | `consecutive_failures` | **`threshold`** |
 //! | `count_window` | **`failures`**, **`window`**, `stale_after` |
+//! | `failures_within` | **`failures`**, **`period`** |
 //! | `time_window` | **`window`**, `buckets`, `min_calls`, `failure_rate` |
 //! | `slow_calls` | **`slower_than`**, `rate`, `over_calls` or `over_time = { length, buckets }`, `min_calls` |
 //! | `adaptive` | `false_trips_per_million`, `min_degradation`, `warm_up`, `ceiling`, `baseline_horizon`, `fallback` (a policy) |

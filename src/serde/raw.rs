@@ -18,7 +18,8 @@ use super::scalar::{present, required, Scalar};
 use crate::classify::FailureClass;
 use crate::error::ConfigError;
 use crate::policy::{
-    Adaptive, ConsecutiveFailures, CountWindow, PerClass, SlowCalls, TimeWindow, TripPolicy,
+    Adaptive, ConsecutiveFailures, CountWindow, FailuresWithin, PerClass, SlowCalls, TimeWindow,
+    TripPolicy,
 };
 use crate::{Config, ConfigBuilder, LatencyTo};
 
@@ -214,6 +215,16 @@ pub(super) enum RawTrip {
     Adaptive(RawAdaptive),
     AnyOf(Vec<RawTrip>),
     PerClass(RawPerClass),
+    FailuresWithin(RawFailuresWithin),
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFailuresWithin {
+    #[serde(default, deserialize_with = "present")]
+    failures: Option<Scalar>,
+    #[serde(default, deserialize_with = "present")]
+    period: Option<Scalar>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -404,6 +415,12 @@ impl RawTrip {
                     policy = policy.class(class, member.policy(&class_path)?);
                 }
                 policy.into()
+            }
+            RawTrip::FailuresWithin(raw) => {
+                let at = |field| format!("{path}.failures_within.{field}");
+                let failures = required(&raw.failures, &at("failures"))?.count(&at("failures"))?;
+                let period = required(&raw.period, &at("period"))?.duration(&at("period"))?;
+                FailuresWithin::new(failures, period).into()
             }
             RawTrip::AnyOf(list) => TripPolicy::any_of(
                 list.iter()

@@ -80,9 +80,8 @@ impl Serialize for TripReason {
     }
 }
 
-/// As a struct: `policy` (`consecutive_failures`, `count_window`,
-/// `time_window`, `slow_calls`, `adaptive`, `any_of` or `per_class`) and its
-/// figures; an any-of holds its members' in `members`, a per-class policy
+/// As a struct: `policy` (its key in a config, such as `time_window`) and
+/// its figures by name; an any-of holds its members' in `members`, a per-class policy
 /// its rest's in `rest` and each class's in `classes` (`class`, `figures`), an adaptive policy its
 /// `baseline`, `learned`, `statistic`, `threshold`, `learning` and, while warming up,
 /// its fallback's figures in `fallback` (otherwise null).

@@ -10,7 +10,8 @@ use std::time::Duration;
 use tokio::time::advance;
 use tower::{Service, ServiceExt};
 use tower_circuit_breaker::policy::{
-    ConsecutiveFailures, CountWindow, PolicyFigures, SlowCalls, TimeWindow, TripPolicy, TripReason,
+    ConsecutiveFailures, CountWindow, FailuresWithin, PolicyFigures, SlowCalls, TimeWindow,
+    TripPolicy, TripReason,
 };
 use tower_circuit_breaker::{Breaker, Config, ConfigBuilder, State};
 
@@ -129,6 +130,80 @@ async fn consecutive_failures_of_one_trip_on_the_first_failure() {
     h.succeed(10).await;
     let reason = TripReason::ConsecutiveFailures { failures: 1 };
     next_call_trips(&mut h, Call::Fail, reason).await;
+}
+
+// ---------------------------------------------------------------------------
+// FailuresWithin
+// ---------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn failures_within_trip_on_the_kth_failure_in_the_period_whatever_the_successes() {
+    let mut h = Harness::new(FailuresWithin::new(3, 10 * SEC));
+    for _ in 0..2 {
+        h.fail(1).await;
+        h.succeed(100).await;
+        advance(3 * SEC).await;
+    }
+    assert_closed_with(
+        &h,
+        PolicyFigures::FailuresWithin {
+            failures: 2,
+            threshold: 3,
+        },
+    );
+    let reason = TripReason::FailuresWithin {
+        failures: 3,
+        period: 10 * SEC,
+    };
+    next_call_trips(&mut h, Call::Fail, reason).await;
+    h.refused().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_within_spread_wider_than_the_period_never_trip() {
+    let mut h = Harness::new(FailuresWithin::new(3, 10 * SEC));
+    for _ in 0..20 {
+        h.fail(1).await;
+        advance(6 * SEC).await;
+    }
+    assert_eq!(h.breaker.snapshot().counts.opened, 0);
+    // The latest failure, 6 s ago, is the only one within the period.
+    assert_closed_with(
+        &h,
+        PolicyFigures::FailuresWithin {
+            failures: 1,
+            threshold: 3,
+        },
+    );
+    h.through(Call::Ok).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_within_count_afresh_after_the_breaker_closes_again() {
+    let config = builder(FailuresWithin::new(2, 10 * SEC))
+        .cooldown(SEC)
+        .build()
+        .unwrap();
+    let mut h = Harness::with_config(config);
+    h.fail(2).await;
+    assert_eq!(h.state(), State::Open);
+    advance(SEC).await;
+    h.through(Call::Ok).await;
+    assert_eq!(h.state(), State::Closed);
+    // The failures before the opening are forgotten: one more does not trip.
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Closed);
+    h.fail(1).await;
+    assert_eq!(h.state(), State::Open);
+}
+
+#[test]
+fn failures_within_out_of_range_are_refused_naming_the_field() {
+    assert_policy_rejected(FailuresWithin::new(0, SEC), "trip.failures_within.failures");
+    assert_policy_rejected(
+        FailuresWithin::new(3, Duration::ZERO),
+        "trip.failures_within.period",
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -515,7 +590,7 @@ async fn slow_call_window_trips_on_recent_slow_calls_after_many_fast_ones() {
 #[tokio::test(start_paused = true)]
 async fn slow_calls_running_concurrently_all_count_as_slow() {
     let b = common::breaker(SlowCalls::new(SEC).rate(1.0).over_calls(10).min_calls(3));
-    let inner = common::Scripted::default();
+    let inner = common::Upstream::<Call>::default();
     let svc = tower_circuit_breaker::CircuitBreaker::new(inner.clone(), &b);
     let mut tasks = Vec::new();
     for _ in 0..3 {

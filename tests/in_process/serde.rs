@@ -9,8 +9,8 @@ use serde_json::json;
 use tower::{service_fn, BoxError, Service, ServiceExt};
 use tower_circuit_breaker::events::Transition;
 use tower_circuit_breaker::policy::{
-    Adaptive, ConsecutiveFailures, CountWindow, PolicyFigures, SlowCalls, TimeWindow, TripPolicy,
-    TripReason,
+    Adaptive, ConsecutiveFailures, CountWindow, FailuresWithin, PolicyFigures, SlowCalls,
+    TimeWindow, TripPolicy, TripReason,
 };
 use tower_circuit_breaker::serialization::RegistryConfig;
 use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, Counts, State};
@@ -95,6 +95,10 @@ fn every_policy_form() -> Vec<(&'static str, TripPolicy)> {
         (
             r#"{ count_window = { failures = 3, window = 10, stale_after = "1m30s" } }"#,
             CountWindow::new(3, 10).stale_after(secs(90)).into(),
+        ),
+        (
+            r#"{ failures_within = { failures = 3, period = "10s" } }"#,
+            FailuresWithin::new(3, secs(10)).into(),
         ),
         (
             r#"{ time_window = { window = "60s" } }"#,
@@ -350,6 +354,16 @@ fn values_out_of_range_name_their_field() {
             "trip = { count_window = { failures = 0, window = 10 } }",
             "trip.count_window.failures",
             "must be at least 1",
+        ),
+        (
+            r#"trip = { failures_within = { failures = 0, period = "10s" } }"#,
+            "trip.failures_within.failures",
+            "must be between 1",
+        ),
+        (
+            r#"trip = { failures_within = { failures = 3, period = "0s" } }"#,
+            "trip.failures_within.period",
+            "must be at least one millisecond",
         ),
         (
             r#"trip = { time_window = { window = "60s", min_calls = 0 } }"#,
@@ -859,6 +873,13 @@ fn every_trip_reason_and_figure_serializes_with_its_policy() {
             json!({ "policy": "slow_calls", "slow": 8, "calls": 10, "message": "8 slow calls in 10 calls" }),
         ),
         (
+            TripReason::FailuresWithin {
+                failures: 3,
+                period: Duration::from_secs(10),
+            },
+            json!({ "policy": "failures_within", "failures": 3, "period_ms": 10_000, "message": "3 failures within 10s" }),
+        ),
+        (
             TripReason::Adaptive {
                 failures: 9,
                 calls: 33,
@@ -898,12 +919,17 @@ fn every_trip_reason_and_figure_serializes_with_its_policy() {
             failures: 4,
         },
         PolicyFigures::SlowCalls { calls: 10, slow: 1 },
+        PolicyFigures::FailuresWithin {
+            failures: 2,
+            threshold: 3,
+        },
     ]);
     assert_eq!(
         serde_json::to_value(&figures).unwrap(),
         json!({ "policy": "any_of", "members": [
             { "policy": "time_window", "calls": 20, "failures": 4 },
             { "policy": "slow_calls", "calls": 10, "slow": 1 },
+            { "policy": "failures_within", "failures": 2, "threshold": 3 },
         ] })
     );
     let warming = PolicyFigures::Adaptive {
