@@ -43,9 +43,6 @@ use tower::{BoxError, Service, ServiceExt};
 use tower_circuit_breaker::policy::TripPolicy;
 use tower_circuit_breaker::{Breaker, CircuitBreaker, CircuitOpen, Config, ConfigBuilder, State};
 
-/// The shared upstream taking [`Call`]s: each request says what it does.
-pub type Scripted = Upstream<Call>;
-
 /// Whether `err` is (or wraps) the breaker's open rejection.
 pub fn is_open(err: &BoxError) -> bool {
     CircuitOpen::find(err.as_ref()).is_some()

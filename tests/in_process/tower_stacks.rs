@@ -25,7 +25,7 @@ use tower_circuit_breaker::{
     Breaker, CircuitBreaker, CircuitBreakerLayer, CircuitOpen, Config, State,
 };
 
-use common::{is_inner_failure, is_open, send, Call, Scripted};
+use common::{is_inner_failure, is_open, send, Call, Upstream};
 
 fn layer(threshold: u32) -> CircuitBreakerLayer {
     CircuitBreakerLayer::new(
@@ -46,12 +46,12 @@ fn cooling_layer(threshold: u32) -> CircuitBreakerLayer {
     )
 }
 
-/// A breaker (one failure trips it, 10 s cooldown) over a [`Scripted`]
-/// service, opened by one failed call.
-async fn tripped_over_scripted() -> (Breaker, Scripted, CircuitBreaker<Scripted>) {
+/// A breaker (one failure trips it, 10 s cooldown) over an [`Upstream`] of
+/// [`Call`]s, opened by one failed call.
+async fn tripped_over_scripted() -> (Breaker, Upstream<Call>, CircuitBreaker<Upstream<Call>>) {
     let layer = cooling_layer(1);
     let breaker = layer.breaker();
-    let inner = Scripted::default();
+    let inner = Upstream::<Call>::default();
     let mut svc = ServiceBuilder::new().layer(layer).service(inner.clone());
     send(&mut svc, Call::Fail).await.unwrap_err();
     (breaker, inner, svc)
@@ -423,7 +423,7 @@ async fn buffer_around_breaker_reports_circuit_open_then_serves_again_after_clos
 async fn buffer_clones_share_the_breaker_and_all_see_circuit_open() {
     let layer = layer(1);
     let breaker = layer.breaker();
-    let inner = Scripted::default();
+    let inner = Upstream::<Call>::default();
     let buffered = Buffer::new(ServiceBuilder::new().layer(layer).service(inner.clone()), 8);
 
     let err = buffered.clone().oneshot(Call::Fail).await.unwrap_err();
@@ -449,7 +449,7 @@ async fn buffer_clones_share_the_breaker_and_all_see_circuit_open() {
 async fn load_shed_outside_open_breaker_gets_circuit_open_not_overloaded() {
     let layer = layer(2);
     let breaker = layer.breaker();
-    let inner = Scripted::default();
+    let inner = Upstream::<Call>::default();
     let mut svc = ServiceBuilder::new()
         .load_shed()
         .layer(layer)
@@ -479,7 +479,7 @@ async fn load_shed_outside_open_breaker_gets_circuit_open_not_overloaded() {
 async fn load_shed_outside_closed_breaker_sheds_when_inner_is_not_ready() {
     let layer = layer(2);
     let breaker = layer.breaker();
-    let inner = Scripted::default();
+    let inner = Upstream::<Call>::default();
     let mut svc = ServiceBuilder::new()
         .load_shed()
         .layer(layer)
@@ -560,7 +560,7 @@ impl<Req: Clone, Res> Policy<Req, Res, BoxError> for RetryFailures {
 async fn retry_outside_the_breaker_does_not_retry_an_open_error() {
     let layer = layer(3);
     let breaker = layer.breaker();
-    let inner = Scripted::default();
+    let inner = Upstream::<Call>::default();
     let policy = RetryFailures::new(10, false);
     let open_errors = Arc::clone(&policy.open_errors_seen);
     let mut svc = ServiceBuilder::new()
@@ -629,7 +629,7 @@ async fn retry_outside_the_breaker_waits_out_retry_after_then_its_probe_closes_i
 async fn retry_inside_the_breaker_counts_one_failure_per_exhausted_call() {
     let layer = layer(2);
     let breaker = layer.breaker();
-    let inner = Scripted::default();
+    let inner = Upstream::<Call>::default();
     let mut svc = ServiceBuilder::new()
         .layer(layer)
         .retry(RetryFailures::new(2, false))
@@ -688,7 +688,7 @@ async fn retry_inside_the_breaker_hides_failures_it_recovered_from() {
 #[tokio::test(start_paused = true)]
 async fn two_services_wrapped_by_one_layer_share_one_breaker() {
     let builder = ServiceBuilder::new().layer(layer(3));
-    let (inner_a, inner_b) = (Scripted::default(), Scripted::default());
+    let (inner_a, inner_b) = (Upstream::<Call>::default(), Upstream::<Call>::default());
     let mut a = builder.service(inner_a.clone());
     let mut b = builder.service(inner_b.clone());
     assert!(a.breaker().ptr_eq(&b.breaker()));
@@ -716,10 +716,10 @@ async fn failures_split_across_two_services_of_one_layer_add_up() {
     let breaker = layer.breaker();
     let mut a = ServiceBuilder::new()
         .layer(layer.clone())
-        .service(Scripted::default());
+        .service(Upstream::<Call>::default());
     let mut b = ServiceBuilder::new()
         .layer(layer)
-        .service(Scripted::default());
+        .service(Upstream::<Call>::default());
     for _ in 0..2 {
         send(&mut a, Call::Fail).await.unwrap_err();
         send(&mut b, Call::Fail).await.unwrap_err();
@@ -795,7 +795,7 @@ async fn half_open_refusals_advertise_the_open_period_not_the_probe_timeout() {
     let breaker = layer.breaker();
     let mut svc = ServiceBuilder::new()
         .layer(layer)
-        .service(Scripted::default());
+        .service(Upstream::<Call>::default());
     send(&mut svc, Call::Fail).await.unwrap_err();
     advance(Duration::from_millis(200)).await;
 
