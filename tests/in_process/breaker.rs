@@ -1,11 +1,6 @@
 //! The breaker's state machine through its tower service: half-open
 //! admission, permits, cancellation, panics, generations, open timing.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::advance;
@@ -14,80 +9,11 @@ use tower_circuit_breaker::classify::{Outcome, Verdict};
 use tower_circuit_breaker::policy::{ConsecutiveFailures, TripReason};
 use tower_circuit_breaker::{Breaker, CircuitBreaker, CircuitOpen, Config, ConfigBuilder, State};
 
-/// What the simulated upstream does with the next calls.
-#[derive(Clone, Copy, Debug)]
-enum Mode {
-    Succeed,
-    Fail,
-    /// Answer after this long (paused time), then succeed.
-    SlowSuccess(Duration),
-    /// Answer after this long, then fail.
-    SlowFailure(Duration),
-    Panic,
-}
-
-#[derive(Clone)]
-struct Upstream {
-    mode: Arc<Mutex<Mode>>,
-    calls: Arc<AtomicUsize>,
-    polls: Arc<AtomicUsize>,
-}
-
-impl Upstream {
-    fn new() -> Self {
-        Upstream {
-            mode: Arc::new(Mutex::new(Mode::Succeed)),
-            calls: Arc::new(AtomicUsize::new(0)),
-            polls: Arc::new(AtomicUsize::new(0)),
-        }
-    }
-    fn set(&self, mode: Mode) {
-        *self.mode.lock().unwrap() = mode;
-    }
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-    fn polls(&self) -> usize {
-        self.polls.load(Ordering::SeqCst)
-    }
-}
-
-type BoxFuture = Pin<Box<dyn Future<Output = Result<u32, BoxError>> + Send>>;
-
-impl Service<u32> for Upstream {
-    type Response = u32;
-    type Error = BoxError;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.polls.fetch_add(1, Ordering::SeqCst);
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: u32) -> BoxFuture {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let mode = *self.mode.lock().unwrap();
-        Box::pin(async move {
-            match mode {
-                Mode::Succeed => Ok(req),
-                Mode::Fail => Err("upstream failed".into()),
-                Mode::SlowSuccess(d) => {
-                    tokio::time::sleep(d).await;
-                    Ok(req)
-                }
-                Mode::SlowFailure(d) => {
-                    tokio::time::sleep(d).await;
-                    Err("upstream failed slowly".into())
-                }
-                Mode::Panic => panic!("upstream panicked"),
-            }
-        })
-    }
-}
+use crate::common::{Call, Upstream};
 
 fn setup(config: ConfigBuilder) -> (Breaker, CircuitBreaker<Upstream>, Upstream) {
     let breaker = Breaker::new(config.build().expect("valid config"));
-    let upstream = Upstream::new();
+    let upstream = Upstream::default();
     let svc = CircuitBreaker::new(upstream.clone(), &breaker);
     (breaker, svc, upstream)
 }
@@ -115,9 +41,9 @@ fn open_error(result: Result<u32, BoxError>) -> CircuitOpen {
 }
 
 async fn trip(svc: &mut CircuitBreaker<Upstream>, upstream: &Upstream) {
-    upstream.set(Mode::Fail);
+    upstream.fail();
     let _ = call(svc, 0).await;
-    upstream.set(Mode::Succeed);
+    upstream.recover();
 }
 
 #[tokio::test(start_paused = true)]
@@ -161,7 +87,7 @@ async fn half_open_admits_exactly_probes_of_100_concurrent_calls() {
     trip(&mut svc, &upstream).await;
     advance(Duration::from_secs(10)).await;
     assert_eq!(breaker.state(), State::HalfOpen);
-    upstream.set(Mode::SlowSuccess(Duration::from_secs(1)));
+    upstream.set(Call::SlowOk(Duration::from_secs(1)));
     let before = upstream.calls();
 
     let tasks: Vec<_> = (0..100)
@@ -224,7 +150,7 @@ async fn a_cancelled_probe_reopens_for_the_same_period_and_counts_neither_way() 
     let (breaker, mut svc, upstream) = setup(one_failure_trips());
     trip(&mut svc, &upstream).await;
     advance(Duration::from_secs(10)).await;
-    upstream.set(Mode::SlowSuccess(Duration::from_secs(5)));
+    upstream.set(Call::SlowOk(Duration::from_secs(5)));
 
     let future = svc.ready().await.unwrap().call(1);
     let timed_out = tokio::time::timeout(Duration::from_secs(1), future).await;
@@ -240,7 +166,7 @@ async fn a_cancelled_probe_reopens_for_the_same_period_and_counts_neither_way() 
     // The same 10 s again, not doubled.
     assert_eq!(breaker.retry_after(), Some(Duration::from_secs(10)));
 
-    upstream.set(Mode::Succeed);
+    upstream.recover();
     advance(Duration::from_secs(10)).await;
     assert_eq!(call(&mut svc, 2).await.unwrap(), 2);
     assert_eq!(breaker.state(), State::Closed);
@@ -251,7 +177,7 @@ async fn panicking_probe_is_a_failure_returns_its_permit_and_reaches_the_caller(
     let (breaker, mut svc, upstream) = setup(one_failure_trips());
     trip(&mut svc, &upstream).await;
     advance(Duration::from_secs(10)).await;
-    upstream.set(Mode::Panic);
+    upstream.set(Call::Panic);
 
     let mut probe = svc.clone();
     let task = tokio::spawn(async move { call(&mut probe, 1).await });
@@ -267,7 +193,7 @@ async fn panicking_probe_is_a_failure_returns_its_permit_and_reaches_the_caller(
     assert_eq!(snap.last_trip, Some(TripReason::ProbeFailed));
 
     // It keeps working: the next period ends, a probe succeeds, it closes.
-    upstream.set(Mode::Succeed);
+    upstream.recover();
     advance(Duration::from_secs(20)).await;
     assert_eq!(call(&mut svc, 3).await.unwrap(), 3);
     assert_eq!(breaker.state(), State::Closed);
@@ -276,7 +202,7 @@ async fn panicking_probe_is_a_failure_returns_its_permit_and_reaches_the_caller(
 #[tokio::test(start_paused = true)]
 async fn panicking_closed_call_counts_as_a_failure() {
     let (breaker, mut svc, upstream) = setup(one_failure_trips());
-    upstream.set(Mode::Panic);
+    upstream.set(Call::Panic);
     let mut caller = svc.clone();
     let joined = tokio::spawn(async move { call(&mut caller, 1).await }).await;
     assert!(joined.unwrap_err().is_panic());
@@ -295,7 +221,7 @@ async fn panicking_classifier_is_a_failure_and_reaches_the_caller() {
             Err(_) => Outcome::Failure,
         }
     };
-    let mut svc = CircuitBreaker::with_classifier(Upstream::new(), &breaker, classify);
+    let mut svc = CircuitBreaker::with_classifier(Upstream::default(), &breaker, classify);
     let joined = tokio::spawn(async move { svc.ready().await?.call(7).await }).await;
     assert!(joined.unwrap_err().is_panic());
     assert_eq!(breaker.state(), State::Open);
@@ -304,7 +230,7 @@ async fn panicking_classifier_is_a_failure_and_reaches_the_caller() {
 #[tokio::test(start_paused = true)]
 async fn ignored_probe_returns_its_permit_and_counts_neither_way() {
     let breaker = Breaker::new(one_failure_trips().build().unwrap());
-    let upstream = Upstream::new();
+    let upstream = Upstream::default();
     // Requests numbered 400 and above stand for "bad request": ignored.
     let classify = |result: Result<&u32, &BoxError>| match result {
         Ok(n) if *n >= 400 => Outcome::Ignore,
@@ -312,9 +238,9 @@ async fn ignored_probe_returns_its_permit_and_counts_neither_way() {
         Err(_) => Outcome::Failure,
     };
     let mut svc = CircuitBreaker::with_classifier(upstream.clone(), &breaker, classify);
-    upstream.set(Mode::Fail);
+    upstream.fail();
     let _ = svc.ready().await.unwrap().call(0).await;
-    upstream.set(Mode::Succeed);
+    upstream.recover();
     advance(Duration::from_secs(10)).await;
 
     assert_eq!(svc.ready().await.unwrap().call(400).await.unwrap(), 400);
@@ -349,7 +275,7 @@ async fn any_probe_failure_reopens_even_after_successes() {
     advance(Duration::from_secs(10)).await;
     call(&mut svc, 1).await.unwrap();
     call(&mut svc, 1).await.unwrap();
-    upstream.set(Mode::Fail);
+    upstream.fail();
     assert!(call(&mut svc, 1).await.is_err());
     let snap = breaker.snapshot();
     assert_eq!(snap.state, State::Open);
@@ -361,7 +287,7 @@ async fn open_period_grows_on_failed_probes_caps_and_resets_on_close() {
     // cooldown 10 s, backoff 2, max 80 s: 10, 20, 40, 80, 80.
     let (breaker, mut svc, upstream) = setup(one_failure_trips());
     trip(&mut svc, &upstream).await;
-    upstream.set(Mode::Fail);
+    upstream.fail();
     for expected in [10u64, 20, 40, 80, 80] {
         assert_eq!(breaker.retry_after(), Some(Duration::from_secs(expected)));
         advance(Duration::from_secs(expected - 1)).await;
@@ -375,7 +301,7 @@ async fn open_period_grows_on_failed_probes_caps_and_resets_on_close() {
         assert!(call(&mut svc, 1).await.is_err(), "the probe fails");
     }
     // Recovery: the probe succeeds, the breaker closes, the period resets.
-    upstream.set(Mode::Succeed);
+    upstream.recover();
     advance(Duration::from_secs(80)).await;
     call(&mut svc, 1).await.unwrap();
     assert_eq!(breaker.state(), State::Closed);
@@ -430,7 +356,7 @@ async fn max_open_caps_a_jittered_period() {
 #[tokio::test(start_paused = true)]
 async fn retry_after_hint_extends_the_open_period_up_to_max_open() {
     let breaker = Breaker::new(one_failure_trips().build().unwrap());
-    let upstream = Upstream::new();
+    let upstream = Upstream::default();
     // A failure whose value says how long the upstream asked us to wait.
     let classify = |result: Result<&u32, &BoxError>| match result {
         Ok(0) => Verdict::new(Outcome::Success),
@@ -460,18 +386,18 @@ async fn stale_outcome_from_an_earlier_generation_is_dropped() {
             .cooldown(Duration::from_secs(10)),
     );
     // A slow failing call admitted while closed, generation 0.
-    upstream.set(Mode::SlowFailure(Duration::from_secs(30)));
+    upstream.set(Call::SlowFail(Duration::from_secs(30)));
     let mut slow = svc.clone();
     let late = tokio::spawn(async move { call(&mut slow, 1).await });
     tokio::task::yield_now().await;
 
     // Meanwhile the breaker trips, half-opens and closes again.
-    upstream.set(Mode::Fail);
+    upstream.fail();
     let _ = call(&mut svc, 2).await;
     let _ = call(&mut svc, 3).await;
     assert_eq!(breaker.state(), State::Open);
     advance(Duration::from_secs(10)).await;
-    upstream.set(Mode::Succeed);
+    upstream.recover();
     call(&mut svc, 4).await.unwrap();
     assert_eq!(breaker.state(), State::Closed);
     let generation = breaker.snapshot().generation;
@@ -482,7 +408,7 @@ async fn stale_outcome_from_an_earlier_generation_is_dropped() {
     let snap = breaker.snapshot();
     assert_eq!(snap.counts.stale, 1);
     assert_eq!(snap.generation, generation);
-    upstream.set(Mode::Fail);
+    upstream.fail();
     let _ = call(&mut svc, 5).await;
     assert_eq!(breaker.state(), State::Closed, "one fresh failure of two");
 }
@@ -497,7 +423,7 @@ async fn hung_probe_times_out_as_a_failure_and_its_late_result_is_dropped() {
     trip(&mut svc, &upstream).await;
     advance(Duration::from_secs(10)).await;
 
-    upstream.set(Mode::SlowSuccess(Duration::from_secs(60)));
+    upstream.set(Call::SlowOk(Duration::from_secs(60)));
     let mut prober = svc.clone();
     let hung = tokio::spawn(async move { call(&mut prober, 1).await });
     tokio::task::yield_now().await;

@@ -9,8 +9,6 @@
 //! instance's task has taken in everything the fleet decided.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -22,56 +20,13 @@ use tower_circuit_breaker::store::memory::{MemoryFleet, MemoryFleetError, Memory
 use tower_circuit_breaker::store::Fleet;
 use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, CircuitOpen, Config, State};
 
+use crate::common::Upstream;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Answer {
     Answered,
     Failed,
     Refused,
-}
-
-/// The upstream every instance calls: fails or succeeds on command, and
-/// notes when each call reached it.
-#[derive(Clone, Default)]
-struct Upstream {
-    failing: Arc<AtomicBool>,
-    calls: Arc<AtomicUsize>,
-    arrivals: Arc<Mutex<Vec<Instant>>>,
-}
-
-impl Upstream {
-    fn failing() -> Self {
-        let upstream = Upstream::default();
-        upstream.failing.store(true, Ordering::SeqCst);
-        upstream
-    }
-
-    fn recover(&self) {
-        self.failing.store(false, Ordering::SeqCst);
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-
-    fn arrivals(&self) -> Vec<Instant> {
-        self.arrivals.lock().unwrap().clone()
-    }
-
-    fn service(&self) -> BoxCloneSyncService<(), (), BoxError> {
-        let upstream = self.clone();
-        BoxCloneSyncService::new(tower::service_fn(move |()| {
-            let upstream = upstream.clone();
-            async move {
-                upstream.calls.fetch_add(1, Ordering::SeqCst);
-                upstream.arrivals.lock().unwrap().push(Instant::now());
-                if upstream.failing.load(Ordering::SeqCst) {
-                    Err::<(), BoxError>("upstream failed".into())
-                } else {
-                    Ok(())
-                }
-            }
-        }))
-    }
 }
 
 type Svc = tower_circuit_breaker::CircuitBreaker<BoxCloneSyncService<(), (), BoxError>>;
@@ -84,15 +39,15 @@ struct Instance {
 }
 
 impl Instance {
-    fn new(fleet: &MemoryFleet, config: Config, upstream: &Upstream) -> Self {
+    fn new(fleet: &MemoryFleet, config: Config, upstream: &Upstream<()>) -> Self {
         Instance::with_store(fleet.instance(), config, upstream)
     }
 
-    fn with_store(store: MemoryStore, config: Config, upstream: &Upstream) -> Self {
+    fn with_store(store: MemoryStore, config: Config, upstream: &Upstream<()>) -> Self {
         let layer = CircuitBreakerLayer::new(config);
         let breaker = layer.breaker();
         assert!(store.attach(&breaker));
-        let service = tower::Layer::layer(&layer, upstream.service());
+        let service = tower::Layer::layer(&layer, BoxCloneSyncService::new(upstream.clone()));
         Instance {
             store,
             breaker,
@@ -149,7 +104,12 @@ fn config(name: &str, failures: u32, open: Duration) -> Config {
         .expect("a valid config")
 }
 
-fn fleet_of(n: usize, fleet: &MemoryFleet, config: &Config, upstream: &Upstream) -> Vec<Instance> {
+fn fleet_of(
+    n: usize,
+    fleet: &MemoryFleet,
+    config: &Config,
+    upstream: &Upstream<()>,
+) -> Vec<Instance> {
     (0..n)
         .map(|_| Instance::new(fleet, config.clone(), upstream))
         .collect()
@@ -211,7 +171,7 @@ async fn a_success_anywhere_resets_the_shared_count() {
         &upstream,
     );
     let fail = |n: usize| {
-        upstream.failing.store(true, Ordering::SeqCst);
+        upstream.fail();
         let answer = fleet[n].request();
         async move {
             let answer = answer.await;
@@ -254,7 +214,7 @@ async fn a_success_writes_only_when_the_fleet_count_holds_failures() {
         0,
         "successes with nothing to reset"
     );
-    upstream.failing.store(true, Ordering::SeqCst);
+    upstream.fail();
     assert_eq!(one.request().await, Answer::Failed);
     settle().await;
     assert_eq!(one.store.stats().writes, 1);
@@ -647,8 +607,12 @@ async fn a_full_queue_drops_the_oldest_writes_and_no_request_waits() {
     // Three failures and a success on one instance before its task runs:
     // each answered at the first poll. The queue keeps the newest two
     // writes (the third failure and the reset).
-    let call = |answer_now: bool| {
-        upstream.failing.store(answer_now, Ordering::SeqCst);
+    let call = |failing: bool| {
+        if failing {
+            upstream.fail();
+        } else {
+            upstream.recover();
+        }
         let result = now_or_never(fleet[0].service.clone().oneshot(()));
         answer(result.expect("answered at once, without waiting"))
     };
@@ -662,7 +626,7 @@ async fn a_full_queue_drops_the_oldest_writes_and_no_request_waits() {
     // Had the newest been dropped, the count would hold two failures and
     // one more would open the fleet.
     assert_eq!(memory.failures("llm"), 0);
-    upstream.failing.store(true, Ordering::SeqCst);
+    upstream.fail();
     assert_eq!(fleet[1].request().await, Answer::Failed);
     assert_eq!(fleet[1].request().await, Answer::Failed);
     settle().await;
@@ -920,7 +884,7 @@ async fn several_breakers_of_one_name_on_one_instance_send_one_probe() {
     }
     let clients: Vec<Svc> = layers
         .iter()
-        .map(|l| tower::Layer::layer(l, upstream.service()))
+        .map(|l| tower::Layer::layer(l, BoxCloneSyncService::new(upstream.clone())))
         .collect();
     let call = |n: usize| {
         let client = clients[n].clone();
@@ -956,7 +920,7 @@ async fn an_active_prober_probes_as_soon_as_its_instance_wins_the_lease() {
     let fleet = fleet_of(2, &memory, &config("llm", 1, open), &upstream);
     for instance in &fleet {
         instance.breaker.probe_actively(
-            upstream.service(),
+            upstream.clone(),
             || (),
             tower_circuit_breaker::classify::ErrorsAsFailures,
         );

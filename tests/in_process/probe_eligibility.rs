@@ -2,19 +2,21 @@
 //! a half-open probe. A request it refuses, while a probe is due, is
 //! refused with `CircuitOpen` and takes no permit; closed, it is not asked.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Method, Request};
 use tokio::time::advance;
-use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
+use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::eligible::{self, SafeProbe};
 use tower_circuit_breaker::policy::ConsecutiveFailures;
 use tower_circuit_breaker::registry::{KeyedLayer, Registry};
 use tower_circuit_breaker::{
     Breaker, CircuitBreaker, CircuitBreakerLayer, CircuitOpen, Config, Failover, Readiness, State,
 };
+
+use crate::common::Upstream;
 
 const COOLDOWN: Duration = Duration::from_secs(10);
 
@@ -25,38 +27,6 @@ fn config(name: &str) -> Config {
         .cooldown(COOLDOWN)
         .build()
         .unwrap()
-}
-
-/// An upstream that fails while told to, and counts the calls it gets.
-#[derive(Clone, Default)]
-struct Upstream {
-    failing: Arc<AtomicBool>,
-    calls: Arc<AtomicUsize>,
-}
-
-impl Upstream {
-    fn fail(&self, failing: bool) {
-        self.failing.store(failing, Ordering::SeqCst);
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-
-    fn service(&self) -> impl Service<Request<()>, Response = Method, Error = BoxError> + Clone {
-        let upstream = self.clone();
-        service_fn(move |req: Request<()>| {
-            let upstream = upstream.clone();
-            async move {
-                upstream.calls.fetch_add(1, Ordering::SeqCst);
-                if upstream.failing.load(Ordering::SeqCst) {
-                    Err::<Method, BoxError>("upstream down".into())
-                } else {
-                    Ok(req.method().clone())
-                }
-            }
-        })
-    }
 }
 
 fn request(method: Method) -> Request<()> {
@@ -75,13 +45,13 @@ fn marked(method: Method) -> Request<()> {
 
 /// Opens the breaker behind `svc` with one failed call, and lets its open
 /// period pass: the next call admitted is a probe.
-async fn trip_and_wait<S>(svc: &S, upstream: &Upstream, breaker: &Breaker)
+async fn trip_and_wait<S>(svc: &S, upstream: &Upstream<Request<()>>, breaker: &Breaker)
 where
     S: Service<Request<()>, Response = Method, Error = BoxError> + Clone,
 {
-    upstream.fail(true);
+    upstream.fail();
     assert!(svc.clone().oneshot(request(Method::GET)).await.is_err());
-    upstream.fail(false);
+    upstream.recover();
     assert_eq!(breaker.state(), State::Open);
     advance(COOLDOWN).await;
     assert_eq!(breaker.state(), State::HalfOpen);
@@ -100,9 +70,7 @@ async fn without_a_predicate_any_request_probes() {
     let layer = CircuitBreakerLayer::new(config("default"));
     let breaker = layer.breaker();
     let upstream = Upstream::default();
-    let svc = ServiceBuilder::new()
-        .layer(layer)
-        .service(upstream.service());
+    let svc = ServiceBuilder::new().layer(layer).service(upstream.clone());
     trip_and_wait(&svc, &upstream, &breaker).await;
 
     let calls = upstream.calls();
@@ -118,9 +86,7 @@ async fn with_idempotent_methods_a_post_is_refused_and_leaves_the_probe_to_a_get
         CircuitBreakerLayer::new(config("idempotent")).probe_when(eligible::idempotent_methods);
     let breaker = layer.breaker();
     let upstream = Upstream::default();
-    let svc = ServiceBuilder::new()
-        .layer(layer)
-        .service(upstream.service());
+    let svc = ServiceBuilder::new().layer(layer).service(upstream.clone());
     trip_and_wait(&svc, &upstream, &breaker).await;
 
     let calls = upstream.calls();
@@ -150,9 +116,7 @@ async fn a_post_refused_while_a_get_probes_is_told_what_a_refused_get_is_told() 
         CircuitBreakerLayer::new(config("in-flight")).probe_when(eligible::idempotent_methods);
     let breaker = layer.breaker();
     let upstream = Upstream::default();
-    let svc = ServiceBuilder::new()
-        .layer(layer)
-        .service(upstream.service());
+    let svc = ServiceBuilder::new().layer(layer).service(upstream.clone());
     trip_and_wait(&svc, &upstream, &breaker).await;
 
     // A probe in flight: its future is made and not yet polled.
@@ -175,9 +139,7 @@ async fn a_request_marked_safe_probe_may_probe() {
     let layer = CircuitBreakerLayer::new(config("marked")).probe_when(eligible::marked);
     let breaker = layer.breaker();
     let upstream = Upstream::default();
-    let svc = ServiceBuilder::new()
-        .layer(layer)
-        .service(upstream.service());
+    let svc = ServiceBuilder::new().layer(layer).service(upstream.clone());
     trip_and_wait(&svc, &upstream, &breaker).await;
 
     let calls = upstream.calls();
@@ -203,9 +165,7 @@ async fn closed_state_ignores_the_predicate() {
     });
     let breaker = layer.breaker();
     let upstream = Upstream::default();
-    let svc = ServiceBuilder::new()
-        .layer(layer)
-        .service(upstream.service());
+    let svc = ServiceBuilder::new().layer(layer).service(upstream.clone());
 
     for method in [Method::POST, Method::PATCH, Method::GET] {
         assert_eq!(
@@ -233,7 +193,7 @@ async fn keyed_layer_honours_the_predicate() {
             })
             .probe_when(eligible::idempotent_methods),
         )
-        .service(upstream.service());
+        .service(upstream.clone());
     let breaker = registry.get(&"/v1/items".to_string()).unwrap();
     trip_and_wait(&svc, &upstream, &breaker).await;
 
@@ -258,13 +218,13 @@ async fn failover_moves_past_a_half_open_candidate_a_request_may_not_probe() {
     let primary = Breaker::new(config("primary"));
     let secondary = Breaker::new(config("secondary"));
     let (first, second) = (Upstream::default(), Upstream::default());
-    let candidate = |upstream: &Upstream, breaker: &Breaker| {
-        CircuitBreaker::new(upstream.service(), breaker).probe_when(eligible::idempotent_methods)
+    let candidate = |upstream: &Upstream<Request<()>>, breaker: &Breaker| {
+        CircuitBreaker::new(upstream.clone(), breaker).probe_when(eligible::idempotent_methods)
     };
     let chain = Failover::new([candidate(&first, &primary), candidate(&second, &secondary)]);
     let lone = ServiceBuilder::new()
         .layer(primary.layer())
-        .service(first.service());
+        .service(first.clone());
     trip_and_wait(&lone, &first, &primary).await;
 
     let calls = first.calls();
@@ -289,9 +249,7 @@ async fn gate_mode_is_ready_while_a_probe_is_due_and_refuses_a_post_without_its_
         .probe_when(eligible::idempotent_methods);
     let breaker = layer.breaker();
     let upstream = Upstream::default();
-    let svc = ServiceBuilder::new()
-        .layer(layer)
-        .service(upstream.service());
+    let svc = ServiceBuilder::new().layer(layer).service(upstream.clone());
     trip_and_wait(&svc, &upstream, &breaker).await;
 
     let calls = upstream.calls();
