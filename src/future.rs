@@ -19,9 +19,9 @@ use crate::config::LatencyTo;
 use crate::error::CircuitOpen;
 use crate::local::Lease;
 
-/// How a response future holds its breaker and classifier until the
+/// How a response future reaches its breaker and classifier until the
 /// outcome is in.
-pub(crate) enum Hold<C> {
+pub(crate) enum Via<C> {
     /// A lease on the calling service clone's own handle: one atomic
     /// operation per call, on a line no other clone writes (a clone that
     /// makes more than one call).
@@ -31,20 +31,20 @@ pub(crate) enum Hold<C> {
     Direct { shared: Arc<Shared>, classifier: C },
 }
 
-impl<C> Hold<C> {
+impl<C> Via<C> {
     #[inline(always)]
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         match self {
-            Hold::Leased(lease) => &lease.shared,
-            Hold::Direct { shared, .. } => shared,
+            Via::Leased(lease) => &lease.shared,
+            Via::Direct { shared, .. } => shared,
         }
     }
 
     #[inline(always)]
     pub(crate) fn classifier(&self) -> &C {
         match self {
-            Hold::Leased(lease) => &lease.classifier,
-            Hold::Direct { classifier, .. } => classifier,
+            Via::Leased(lease) => &lease.classifier,
+            Via::Direct { classifier, .. } => classifier,
         }
     }
 }
@@ -204,7 +204,7 @@ pub(crate) struct Call<C> {
     // Dropped by hand in `drop`, as the permit is taken there: a call
     // that completed drops in one inline step, with no drop glue per field
     // for the optimiser to leave out of line.
-    hold: ManuallyDrop<Hold<C>>,
+    via: ManuallyDrop<Via<C>>,
     start: Option<Instant>,
     // Boxed: probes are rare, and every call moves its future.
     permit: ManuallyDrop<Option<Box<Permit>>>,
@@ -250,14 +250,14 @@ impl Meta {
 impl<C> Call<C> {
     #[inline(always)]
     pub(crate) fn new(
-        hold: Hold<C>,
+        via: Via<C>,
         generation: u32,
         permit: Option<Box<Permit>>,
         record: Record,
         start: Option<Instant>,
     ) -> Self {
         Call {
-            hold: ManuallyDrop::new(hold),
+            via: ManuallyDrop::new(via),
             start,
             permit: ManuallyDrop::new(permit),
             meta: Meta::new(generation, record),
@@ -277,7 +277,7 @@ impl<C> Call<C> {
             return;
         };
         record(
-            self.hold.shared(),
+            self.via.shared(),
             self.meta.generation(),
             &mut self.permit,
             verdict,
@@ -294,7 +294,7 @@ impl<C> Call<C> {
             return None;
         }
         Some(Obligation::one(Pending::new(
-            Arc::clone(self.hold.shared()),
+            Arc::clone(self.via.shared()),
             false,
             self.meta.generation(),
             self.permit.take(),
@@ -312,7 +312,7 @@ impl<C> Drop for Call<C> {
         if self.meta.record() != Record::Nothing || self.permit.is_some() {
             let what = self.meta.take_record();
             cancel_unrecorded(
-                self.hold.shared(),
+                self.via.shared(),
                 self.meta.generation(),
                 self.permit.take(),
                 what,
@@ -322,9 +322,9 @@ impl<C> Drop for Call<C> {
         // The permit, if there was one, went with the cancellation above:
         // nothing is left in it to drop.
         debug_assert!(self.permit.is_none());
-        // SAFETY: `hold` is dropped here, once, as its `Call` goes, and
+        // SAFETY: `via` is dropped here, once, as its `Call` goes, and
         // nothing reads it after.
-        unsafe { ManuallyDrop::drop(&mut self.hold) }
+        unsafe { ManuallyDrop::drop(&mut self.via) }
     }
 }
 
@@ -430,7 +430,7 @@ where
                     Ok(response) => {
                         let mut later = None;
                         if call.is_recording() {
-                            match call.hold.classifier().classify(Ok(&response)) {
+                            match call.via.classifier().classify(Ok(&response)) {
                                 Classified::Ready(verdict) => call.record(verdict),
                                 Classified::AtEndOfStream(eos) => {
                                     later = call.defer().map(|obligation| (eos, obligation));
@@ -441,7 +441,7 @@ where
                     }
                     Err(error) => {
                         if call.is_recording() {
-                            let verdict = match call.hold.classifier().classify(Err(&error)) {
+                            let verdict = match call.via.classifier().classify(Err(&error)) {
                                 Classified::Ready(verdict) => verdict,
                                 // An error has no body to wait for: a
                                 // deferral there is a failure.

@@ -66,8 +66,8 @@ use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures, Outcome, Verdict};
 use crate::error::{CircuitOpen, Name};
-use crate::future::{record, Call, Hold, Record, ResponseFuture};
-use crate::service::{Counts, Settled};
+use crate::future::{record, Call, Record, ResponseFuture, Via};
+use crate::service::{CountIn, Settled};
 
 /// Leave to make one call through a breaker, from
 /// [`Breaker::try_acquire`]: record how the call went with
@@ -79,7 +79,8 @@ use crate::service::{Counts, Settled};
 pub struct CallPermit {
     shared: Arc<Shared>,
     generation: u32,
-    permit: Option<Box<Permit>>,
+    /// A probe's permit, if this call is a probe.
+    probe: Option<Box<Permit>>,
     record: Record,
     /// When the call began, for a policy that judges latencies.
     start: Option<Instant>,
@@ -96,7 +97,7 @@ struct Admitted {
 
 /// Admits one call at `shared`, as the tower service would, counting it.
 fn admit(shared: &Arc<Shared>) -> Result<Admitted, CircuitOpen> {
-    match Settled::of(shared.admit(), shared, Counts::Breaker) {
+    match Settled::of(shared.admit(), shared, CountIn::Breaker) {
         Settled::Admitted {
             generation,
             permit,
@@ -141,7 +142,7 @@ impl Breaker {
         Ok(CallPermit {
             shared: Arc::clone(&self.shared),
             generation: admitted.generation,
-            permit: admitted.permit,
+            probe: admitted.permit,
             record: admitted.record,
             start: admitted.start,
         })
@@ -215,7 +216,7 @@ impl Breaker {
         E: From<CircuitOpen>,
     {
         let admitted = admit(&self.shared).map_err(E::from)?;
-        let hold = Hold::Direct {
+        let via = Via::Direct {
             shared: Arc::clone(&self.shared),
             classifier,
         };
@@ -224,7 +225,7 @@ impl Breaker {
         // `call` runs inside its first poll, so that a panic while it builds
         // its future is a failure too, not an admitted call that never ends.
         let admitted = Call::new(
-            hold,
+            via,
             admitted.generation,
             admitted.permit,
             admitted.record,
@@ -294,7 +295,7 @@ impl CallPermit {
         record(
             &self.shared,
             self.generation,
-            &mut self.permit,
+            &mut self.probe,
             verdict,
             start,
             count_only,
@@ -309,7 +310,7 @@ impl Drop for CallPermit {
         // for the same period, as a probe whose future was dropped does.
         if self.record != Record::Nothing {
             self.shared.count_cancelled();
-            if let Some(permit) = self.permit.take() {
+            if let Some(permit) = self.probe.take() {
                 permit.cancelled();
             }
         }
@@ -321,7 +322,7 @@ impl std::fmt::Debug for CallPermit {
         f.debug_struct("CallPermit")
             .field("breaker", self.shared.name())
             .field("generation", &self.generation)
-            .field("probe", &self.permit.is_some())
+            .field("probe", &self.probe.is_some())
             .finish()
     }
 }

@@ -18,7 +18,7 @@ use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures};
 use crate::eligible::{AnyRequest, ProbeEligibility};
 use crate::error::{CircuitOpen, HoldsCircuitOpen, Name, Since};
-use crate::future::{Call, Finish, Hold, Record, ResponseFuture};
+use crate::future::{Call, Finish, Record, ResponseFuture, Via};
 use crate::local::Owner;
 use crate::State;
 
@@ -83,7 +83,7 @@ enum Reservation {
     /// Half-open: this clone holds a probe permit (a reservation).
     Probe(Permit),
     /// Open: `call` will refuse with this, unless the state word has moved.
-    Reject {
+    Refuse {
         word: u64,
         retry_at: Instant,
         state: State,
@@ -267,10 +267,10 @@ impl<C> Handle<C> {
 
     /// Where this clone counts a call.
     #[inline]
-    fn counts(&self) -> Counts<'_> {
+    fn counts(&self) -> CountIn<'_> {
         match &self.own {
-            Some(owner) => Counts::Clone(&owner.counts),
-            None => Counts::Breaker,
+            Some(owner) => CountIn::Clone(&owner.counts),
+            None => CountIn::Breaker,
         }
     }
 
@@ -297,7 +297,7 @@ impl<C> Handle<C> {
 
     /// Counts a call admitted, and holds the breaker for its response future.
     #[inline(always)]
-    fn admitted(&mut self) -> Hold<C>
+    fn admitted(&mut self) -> Via<C>
     where
         C: Clone,
     {
@@ -305,11 +305,11 @@ impl<C> Handle<C> {
         match &mut self.own {
             Some(owner) => {
                 owner.counts.admitted();
-                Hold::Leased(owner.lease())
+                Via::Leased(owner.lease())
             }
             None => {
                 self.shared.count_call(true);
-                Hold::Direct {
+                Via::Direct {
                     shared: Arc::clone(&self.shared),
                     classifier: self.classifier.clone(),
                 }
@@ -362,18 +362,18 @@ impl<C> Handle<C> {
 /// Where a call's admission and refusal are counted: in a service clone's
 /// own counts (no shared write), or in the breaker's.
 #[derive(Clone, Copy)]
-pub(crate) enum Counts<'a> {
+pub(crate) enum CountIn<'a> {
     Clone(&'a CloneCounts),
     Breaker,
 }
 
-impl Counts<'_> {
+impl CountIn<'_> {
     /// Counts a call to the breaker `shared` that its parent refused.
     #[inline]
     pub(crate) fn count_parent_refusal(self, shared: &Shared) {
         match self {
-            Counts::Clone(counts) => counts.rejected_by_parent(),
-            Counts::Breaker => shared.count_parent_refusal(),
+            CountIn::Clone(counts) => counts.rejected_by_parent(),
+            CountIn::Breaker => shared.count_parent_refusal(),
         }
     }
 
@@ -381,9 +381,9 @@ impl Counts<'_> {
     #[inline]
     pub(crate) fn count(self, shared: &Shared, admitted: bool) {
         match (self, admitted) {
-            (Counts::Clone(counts), true) => counts.admitted(),
-            (Counts::Clone(counts), false) => counts.rejected(),
-            (Counts::Breaker, admitted) => shared.count_call(admitted),
+            (CountIn::Clone(counts), true) => counts.admitted(),
+            (CountIn::Clone(counts), false) => counts.rejected(),
+            (CountIn::Breaker, admitted) => shared.count_call(admitted),
         }
     }
 }
@@ -409,7 +409,7 @@ impl Settled {
     /// real breaker would have made (its admission is counted by the
     /// caller, as every admission is).
     #[inline]
-    pub(crate) fn of(decision: Decision, shared: &Arc<Shared>, counts: Counts<'_>) -> Self {
+    pub(crate) fn of(decision: Decision, shared: &Arc<Shared>, counts: CountIn<'_>) -> Self {
         let admitted = |generation, permit, record| Settled::Admitted {
             generation,
             permit,
@@ -440,7 +440,7 @@ impl Settled {
                 };
                 admitted(shared.load().generation(), None, record)
             }
-            Decision::Reject {
+            Decision::Refuse {
                 retry_at, state, ..
             } => Settled::Refused { retry_at, state },
         }
@@ -507,7 +507,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
         if self.mode == Readiness::FailFast && !matches!(self.ready, Reservation::Probe(_)) {
             if let Some(end) = self.handle.open_period_end(word) {
                 if Instant::now() < end {
-                    self.ready = Reservation::Reject {
+                    self.ready = Reservation::Refuse {
                         word: word.0,
                         retry_at: end,
                         state: State::Open,
@@ -556,7 +556,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
             // `poll_ready` refused without polling the inner service, so it
             // must not be called, even though the breaker has closed since:
             // refuse this once; the next `poll_ready` sees closed.
-            if let Reservation::Reject { state, .. } = self.ready {
+            if let Reservation::Refuse { state, .. } = self.ready {
                 self.ready = Reservation::Unchecked;
                 return Err(Refused {
                     retry_at: Instant::now(),
@@ -572,7 +572,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
         }
         // The refusal `poll_ready` promised, on a word that has not moved:
         // the common case while open, decided here without a call.
-        if let Reservation::Reject {
+        if let Reservation::Refuse {
             word: seen,
             retry_at,
             state,
@@ -614,7 +614,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
                         Reservation::Unchecked
                     }
                     Decision::Probe(permit) => Reservation::Probe(permit),
-                    Decision::Reject {
+                    Decision::Refuse {
                         retry_at,
                         state,
                         word,
@@ -624,7 +624,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
                             // Ready at once, without polling the inner
                             // service; `call` refuses. Never `Err`: tower
                             // would discard us.
-                            self.ready = Reservation::Reject {
+                            self.ready = Reservation::Refuse {
                                 word: word.0,
                                 retry_at,
                                 state,
@@ -690,7 +690,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
     {
         // Read a refusal field by field: moving the whole readiness out right
         // after `poll_ready` wrote it would stall on store forwarding.
-        if let Reservation::Reject {
+        if let Reservation::Refuse {
             word: seen,
             retry_at,
             state,
@@ -749,12 +749,12 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
     where
         S: Service<Req>,
     {
-        let hold = self.handle.admitted();
+        let via = self.handle.admitted();
         let start = self.handle.shared.needs_latency().then(Instant::now);
         // If `call` panics, the permit is dropped while unwinding and goes back.
         let future = self.inner.call(req);
         let call = Call::new(
-            hold,
+            via,
             admitted.generation,
             admitted.permit,
             admitted.record,

@@ -26,7 +26,7 @@ pub(crate) enum Decision {
     /// refusal that shadow mode turns into a pass (`shadowed`).
     Bypass { counted: bool, shadowed: bool },
     /// Refuse at once.
-    Reject {
+    Refuse {
         /// When to ask again: the end of the open period, or the breaker's
         /// estimate while half-open or held.
         retry_at: Instant,

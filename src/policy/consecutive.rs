@@ -6,7 +6,7 @@ use crate::error::ConfigError;
 /// Trips after `threshold` failures in a row; any success starts the count
 /// again. The default policy (threshold 5).
 ///
-/// Cheapest of the policies: a success only writes when it has a streak to
+/// Cheapest of the policies: a success only writes when it has a run of failures to
 /// reset, and never reads the clock. It never catches a dependency that
 /// fails a steady fraction of calls (40% failures rarely line up five in a
 /// row); choose a window policy for that.
@@ -54,7 +54,7 @@ impl Policy for ConsecutiveFailures {
     }
 
     fn start(&self) -> PolicyState {
-        PolicyState::Streak(Streak::new(self))
+        PolicyState::InARow(InARow::new(self))
     }
 }
 
@@ -65,21 +65,21 @@ impl Default for ConsecutiveFailures {
 }
 
 #[derive(Debug)]
-pub(crate) struct Streak {
+pub(crate) struct InARow {
     threshold: u32,
     failures: u32,
 }
 
-impl Streak {
+impl InARow {
     pub(crate) fn new(policy: &ConsecutiveFailures) -> Self {
-        Streak {
+        InARow {
             threshold: policy.threshold,
             failures: 0,
         }
     }
 }
 
-impl Rule for Streak {
+impl Rule for InARow {
     fn record(&mut self, sample: Sample, _now_ms: u64) -> Option<TripReason> {
         if !sample.failure {
             self.failures = 0;

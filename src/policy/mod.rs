@@ -524,7 +524,7 @@ pub(crate) struct Sample {
 /// any other policy's rule boxed.
 #[derive(Debug)]
 pub(crate) enum PolicyState {
-    Streak(consecutive::Streak),
+    InARow(consecutive::InARow),
     Rule(Box<dyn Rule>),
 }
 
@@ -535,14 +535,14 @@ impl PolicyState {
 
     fn rule(&self) -> &dyn Rule {
         match self {
-            PolicyState::Streak(streak) => streak,
+            PolicyState::InARow(in_a_row) => in_a_row,
             PolicyState::Rule(rule) => rule.as_ref(),
         }
     }
 
     fn rule_mut(&mut self) -> &mut dyn Rule {
         match self {
-            PolicyState::Streak(streak) => streak,
+            PolicyState::InARow(in_a_row) => in_a_row,
             PolicyState::Rule(rule) => rule.as_mut(),
         }
     }

@@ -93,7 +93,7 @@ where
         let start = legs
             .iter()
             .flatten()
-            .any(|leg| leg.hold.shared().needs_latency())
+            .any(|leg| leg.via.shared().needs_latency())
             .then(Instant::now);
         Ok(KeyedPermit { legs, start })
     }
@@ -170,7 +170,7 @@ impl fmt::Debug for KeyedPermit {
             .legs
             .iter()
             .flatten()
-            .map(|leg| &**leg.hold.shared().name())
+            .map(|leg| &**leg.via.shared().name())
             .collect();
         f.debug_struct("KeyedPermit")
             .field("breakers", &names)

@@ -23,7 +23,7 @@ use crate::eligible::{AnyRequest, ProbeEligibility};
 use crate::error::{CircuitOpen, Name};
 use crate::future::{cancel, record, Finish, Obligation, Pending, Record};
 use crate::local::{Lease, Owner};
-use crate::service::{Counts, Settled};
+use crate::service::{CountIn, Settled};
 
 /// Wraps services in a [`KeyedCircuitBreaker`]: every request goes through
 /// the breaker its key names, made on first use in the [`Registry`].
@@ -138,7 +138,7 @@ impl<S, K, F: Clone, C: Clone, P: Clone> Layer<S> for KeyedLayer<K, F, C, P> {
 /// Readiness is the inner service's: the key comes from the request, so
 /// admission happens in `call` (a half-open permit is taken there, not
 /// reserved by `poll_ready`). A refused call never reaches the inner
-/// service. Its error type is the inner service's, which must hold a
+/// service. Its error type is the inner service's, which must via a
 /// [`CircuitOpen`] and a [`RegistryFull`] (`BoxError` holds both).
 ///
 /// Each clone remembers the breakers of up to [`RECENT_KEYS`] keys it
@@ -219,7 +219,7 @@ struct Slot<K> {
 }
 
 /// A remembered key: this clone's own handles on its breakers. They do not
-/// hold the breakers in the registry: it may evict them, and the clone then
+/// via the breakers in the registry: it may evict them, and the clone then
 /// forgets them at its next call with the key.
 struct Remembered<K> {
     key: K,
@@ -338,26 +338,26 @@ impl<K: Eq> Recent<K> {
     }
 }
 
-/// How a call holds a breaker it went through until its outcome is in.
-pub(super) enum Hold {
+/// How a call reaches a breaker it went through until its outcome is in.
+pub(super) enum Via {
     /// Through a breaker this clone remembers: a lease on the clone's own
     /// handle (no reference count shared with other clones).
     Leased(Lease<()>),
     /// Through a breaker just looked up: a reference.
-    Shared(LookedUp),
+    LookedUp(LookedUp),
 }
 
-impl Hold {
+impl Via {
     #[inline]
     pub(super) fn shared(&self) -> &Arc<Shared> {
         match self {
-            Hold::Leased(lease) => &lease.shared,
-            Hold::Shared(looked_up) => &looked_up.0.shared,
+            Via::Leased(lease) => &lease.shared,
+            Via::LookedUp(looked_up) => &looked_up.0.shared,
         }
     }
 }
 
-/// A breaker looked up for one call: a handle that does not hold it in the
+/// A breaker looked up for one call: a handle that does not via it in the
 /// registry (evicted while the call is in flight, the outcome goes to the
 /// key's breaker then), so that calls in flight never fill the registry.
 pub(super) struct LookedUp(Breaker);
@@ -377,32 +377,32 @@ impl Drop for LookedUp {
 
 /// One breaker a call went through, and how it was admitted there.
 pub(super) struct Leg {
-    pub(super) hold: Hold,
+    pub(super) via: Via,
     generation: u32,
     permit: Option<Box<Permit>>,
     record: Record,
 }
 
 impl Leg {
-    /// Admits the call at the breaker `hold` holds, or says why not
+    /// Admits the call at the breaker `via` holds, or says why not
     /// (counting the refusal). The admission is counted by the caller once
     /// every breaker the call goes through has admitted it: a call a child
     /// refuses was not admitted by its parent either.
     /// `may_probe` is asked only when the breaker is not closed.
     #[inline(always)]
     fn admit(
-        hold: Hold,
-        counts: Counts<'_>,
+        via: Via,
+        counts: CountIn<'_>,
         may_probe: impl FnOnce() -> bool,
     ) -> Result<Leg, CircuitOpen> {
-        let shared = hold.shared();
+        let shared = via.shared();
         match Settled::of(shared.admit_if(may_probe), shared, counts) {
             Settled::Admitted {
                 generation,
                 permit,
                 record,
             } => Ok(Leg {
-                hold,
+                via,
                 generation,
                 permit: permit.map(Box::new),
                 record,
@@ -418,7 +418,7 @@ impl Leg {
     /// leg is being dropped; a probe's permit goes back as it does).
     pub(super) fn cancel(&mut self, start: Option<Instant>) {
         cancel(
-            self.hold.shared(),
+            self.via.shared(),
             self.generation,
             &mut self.permit,
             &mut self.record,
@@ -432,7 +432,7 @@ impl Leg {
         if self.record == Record::Nothing {
             return None;
         }
-        let shared = Arc::clone(self.hold.shared());
+        let shared = Arc::clone(self.via.shared());
         shared.note_internal_handle(true);
         Some(Pending::new(
             shared,
@@ -450,7 +450,7 @@ impl Leg {
             return;
         };
         record(
-            self.hold.shared(),
+            self.via.shared(),
             self.generation,
             &mut self.permit,
             verdict,
@@ -467,26 +467,26 @@ impl Leg {
 /// the call may be a probe, asked only of a breaker that is not closed.
 #[inline(always)]
 pub(super) fn admit_both(
-    child: (Hold, Counts<'_>),
-    parent: Option<(Hold, Counts<'_>)>,
+    child: (Via, CountIn<'_>),
+    parent: Option<(Via, CountIn<'_>)>,
     may_probe: impl Fn() -> bool,
 ) -> Result<[Option<Leg>; 2], CircuitOpen> {
-    let (hold, counts) = child;
+    let (via, counts) = child;
     let parent = match parent {
         Some((parent, parent_counts)) => match Leg::admit(parent, parent_counts, &may_probe) {
             Ok(leg) => Some((leg, parent_counts)),
             Err(refused) => {
                 // The child's call, refused for it: its count shows it too.
-                counts.count_parent_refusal(hold.shared());
+                counts.count_parent_refusal(via.shared());
                 return Err(refused);
             }
         },
         None => None,
     };
-    let child = Leg::admit(hold, counts, &may_probe)?;
-    counts.count(child.hold.shared(), true);
+    let child = Leg::admit(via, counts, &may_probe)?;
+    counts.count(child.via.shared(), true);
     if let Some((leg, counts)) = &parent {
-        counts.count(leg.hold.shared(), true);
+        counts.count(leg.via.shared(), true);
     }
     Ok([Some(child), parent.map(|(leg, _)| leg)])
 }
@@ -499,10 +499,10 @@ pub(super) fn admit_looked_up(
     parent: Option<Breaker>,
     may_probe: impl Fn() -> bool,
 ) -> Result<[Option<Leg>; 2], CircuitOpen> {
-    let looked_up = |breaker| Hold::Shared(LookedUp::new(breaker));
+    let looked_up = |breaker| Via::LookedUp(LookedUp::new(breaker));
     admit_both(
-        (looked_up(child), Counts::Breaker),
-        parent.map(|parent| (looked_up(parent), Counts::Breaker)),
+        (looked_up(child), CountIn::Breaker),
+        parent.map(|parent| (looked_up(parent), CountIn::Breaker)),
         may_probe,
     )
 }
@@ -536,7 +536,7 @@ where
         let needs_latency = legs
             .iter()
             .flatten()
-            .any(|leg| leg.hold.shared().needs_latency());
+            .any(|leg| leg.via.shared().needs_latency());
         let start = needs_latency.then(Instant::now);
         KeyedFuture {
             state: KeyedState::Called {
@@ -598,12 +598,12 @@ where
         let parent = remembered.parent.as_mut().map(|owner| {
             registry.mark_used(&owner.shared, now);
             let lease = owner.lease();
-            (Hold::Leased(lease), Counts::Clone(&owner.counts))
+            (Via::Leased(lease), CountIn::Clone(&owner.counts))
         });
         let child = &mut remembered.child;
         let lease = child.lease();
         return Ok(admit_both(
-            (Hold::Leased(lease), Counts::Clone(&child.counts)),
+            (Via::Leased(lease), CountIn::Clone(&child.counts)),
             parent,
             may_probe,
         )?);

@@ -144,7 +144,7 @@ impl Shared {
                     return match w.manual_mode() {
                         // An operator's isolation holds even in shadow mode:
                         // nobody knows when it ends; say so with `max_open`.
-                        Manual::Isolated => Decision::Reject {
+                        Manual::Isolated => Decision::Refuse {
                             retry_at: after(self.tuning.max_open_ms.load(Ordering::Relaxed)),
                             state: State::ForcedOpen,
                             word: w,
@@ -199,7 +199,7 @@ impl Shared {
                 shadowed: true,
             };
         }
-        Decision::Reject {
+        Decision::Refuse {
             retry_at,
             state,
             word: w,
