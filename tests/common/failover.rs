@@ -30,7 +30,9 @@ pub enum Act {
 }
 
 /// A scripted upstream: its breaker, its call count, and a switch for what it
-/// does next.
+/// does next. Not the shared [`super::Upstream`]: it answers HTTP statuses
+/// (judged by `HttpClassifier`) with its name as the body, and errors that
+/// name it, so a chain's reply and its `Exhausted` tell the candidates apart.
 pub struct Upstream {
     pub breaker: Breaker,
     pub calls: Arc<AtomicUsize>,

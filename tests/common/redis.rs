@@ -7,12 +7,11 @@
 #[path = "../../examples/fleet/local_redis.rs"]
 pub mod local_redis;
 
-use std::future::Ready;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -491,65 +490,6 @@ fn pump(mut from: TcpStream, mut to: TcpStream, stop: &AtomicBool, silent: &Atom
 impl Drop for StallingProxy {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// The upstream the instances call: fails or succeeds on command, and
-/// counts the calls that reach it.
-#[derive(Clone, Default)]
-pub struct Upstream {
-    pub failing: Arc<AtomicBool>,
-    pub calls: Arc<AtomicUsize>,
-    /// When each call arrived.
-    pub arrivals: Arc<std::sync::Mutex<Vec<Instant>>>,
-}
-
-impl Upstream {
-    pub fn failing() -> Self {
-        let upstream = Upstream::default();
-        upstream.fail();
-        upstream
-    }
-
-    /// From now on every call fails.
-    pub fn fail(&self) {
-        self.failing.store(true, Ordering::SeqCst);
-    }
-
-    pub fn recover(&self) {
-        self.failing.store(false, Ordering::SeqCst);
-    }
-
-    pub fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-
-    /// A service calling this upstream.
-    pub fn service(
-        &self,
-    ) -> impl tower::Service<
-        (),
-        Response = (),
-        Error = tower::BoxError,
-        Future = Ready<Result<(), tower::BoxError>>,
-    > + Clone
-           + Send
-           + Sync
-           + 'static {
-        let upstream = self.clone();
-        tower::service_fn(move |()| {
-            upstream.calls.fetch_add(1, Ordering::SeqCst);
-            upstream
-                .arrivals
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(Instant::now());
-            std::future::ready(if upstream.failing.load(Ordering::SeqCst) {
-                Err("upstream failed".into())
-            } else {
-                Ok(())
-            })
-        })
     }
 }
 

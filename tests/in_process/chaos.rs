@@ -131,7 +131,9 @@ enum Answer {
     BadRequest,
 }
 
-/// Counts the calls it sees, per key.
+/// Counts the calls it sees, per key; not the shared `common::Upstream`,
+/// since each request carries its own faults (failure, ignored answer,
+/// panic, latency) and the counts are per key of the registry.
 #[derive(Clone)]
 struct Upstream {
     seen: Arc<Vec<AtomicU64>>,

@@ -263,7 +263,9 @@ async fn a_shadow_breaker_is_called_while_it_reads_open() {
     assert_eq!(*reply.body(), "primary", "shadow mode never refuses");
 }
 
-/// An upstream whose readiness a test holds back, then releases.
+/// An upstream whose readiness a test holds back, then releases. Not the
+/// shared `common::Upstream`: it answers its own name, so the chain's reply
+/// says which candidate answered.
 #[derive(Clone)]
 struct HeldBack {
     name: &'static str,

@@ -514,6 +514,9 @@ enum Script {
     Panic,
 }
 
+/// Does what each [`Script`] says; not the shared `common::Upstream`, since
+/// the model's steps answer a call later through a channel, hang it, or
+/// reply with a retry-after hint or an ignored 400.
 #[derive(Clone, Default)]
 struct Upstream {
     calls: Arc<AtomicUsize>,

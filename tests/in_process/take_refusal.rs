@@ -34,17 +34,18 @@ async fn a_refusal_is_taken_out_by_value() {
 }
 
 /// An error of a layer outside the breaker that keeps the breaker's error
-/// as its source, as a gateway's own error type does.
+/// as its source, as a gateway's own error type does (an error type, not a
+/// fake upstream: the services here are one-line `service_fn`s).
 #[derive(Debug)]
-struct Upstream(BoxError);
+struct GatewayError(BoxError);
 
-impl fmt::Display for Upstream {
+impl fmt::Display for GatewayError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "upstream call failed")
     }
 }
 
-impl std::error::Error for Upstream {
+impl std::error::Error for GatewayError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(self.0.as_ref())
     }
@@ -54,12 +55,15 @@ impl std::error::Error for Upstream {
 async fn a_refusal_wrapped_by_an_outer_error_is_taken_out_of_it() {
     let breaker = open_breaker("search", Duration::from_secs(3));
     let svc = ServiceBuilder::new()
-        .map_err(|err: BoxError| BoxError::from(Upstream(err)))
+        .map_err(|err: BoxError| BoxError::from(GatewayError(err)))
         .layer(breaker.layer())
         .service(service_fn(|_: ()| async { Ok::<_, BoxError>(()) }));
 
     let err = svc.oneshot(()).await.expect_err("refused while open");
-    assert!(err.is::<Upstream>(), "the outer layer wraps the refusal");
+    assert!(
+        err.is::<GatewayError>(),
+        "the outer layer wraps the refusal"
+    );
     let open = CircuitOpen::take(err).expect("the wrapped refusal is found");
     assert_eq!(open.breaker(), "search");
     assert_eq!(open.retry_after(), Duration::from_secs(3));

@@ -5,13 +5,13 @@
 //! keys, however hostile its name, stay in one slot.
 
 use crate::common::redis as redis_support;
+use crate::common::Upstream;
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use redis_support::{
     breaker_key, commands_served, connect, eventually_within, free_port, shard_base, RedisCluster,
-    Upstream,
 };
 use tokio::time::Instant;
 use tower::{BoxError, Service, ServiceExt};
@@ -86,9 +86,9 @@ impl Instance {
     }
 
     /// One call to `name` through this instance's breaker.
-    pub(crate) async fn call(&self, name: &str, upstream: &Upstream) -> Result<(), BoxError> {
+    pub(crate) async fn call(&self, name: &str, upstream: &Upstream<()>) -> Result<(), BoxError> {
         let breaker = self.registry.get(&name.to_owned()).unwrap();
-        let mut service = breaker.layer().layer(upstream.service());
+        let mut service = breaker.layer().layer(upstream.clone());
         service.ready().await?.call(()).await
     }
 }
@@ -114,7 +114,7 @@ async fn breakers_in_different_slots_trip_share_and_recover_on_a_cluster() {
     }
     let a = Instance::new(&cluster);
     let b = Instance::new(&cluster);
-    let upstreams: Vec<Upstream> = names.iter().map(|_| Upstream::default()).collect();
+    let upstreams: Vec<Upstream<()>> = names.iter().map(|_| Upstream::default()).collect();
     for (name, _) in &names {
         // Made (and attached) on both instances before anything fails.
         a.state(name);

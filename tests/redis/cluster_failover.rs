@@ -6,12 +6,13 @@
 //! loses no request and no opening.
 
 use crate::common::redis as redis_support;
+use crate::common::Upstream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis_support::{connect, node_command, shard_base, RedisCluster, Upstream};
+use redis_support::{connect, node_command, shard_base, RedisCluster};
 use tokio::time::Instant;
 use tower_circuit_breaker::store::redis::{RedisStore, StoreEvent};
 use tower_circuit_breaker::{CircuitOpen, State};
@@ -108,7 +109,7 @@ async fn open_fleet_wide(
     fleet: &[Instance],
     by: [usize; 2],
     name: &str,
-    upstream: &Upstream,
+    upstream: &Upstream<()>,
 ) -> Duration {
     let heard: Vec<u64> = fleet.iter().map(|i| i.store.stats().messages).collect();
     for instance in by.map(|i| &fleet[i]) {
@@ -193,10 +194,7 @@ async fn a_dead_master_cuts_off_only_its_shards_which_share_again_after_the_prom
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let probes: Vec<Instant> = upstream.arrivals.lock().unwrap()[before..]
-        .iter()
-        .map(|&at| Instant::from_std(at))
-        .collect();
+    let probes: Vec<Instant> = upstream.arrivals()[before..].to_vec();
     assert!(
         (1..=7).contains(&probes.len()),
         "{} probes in 3 s",

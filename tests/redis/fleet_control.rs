@@ -8,11 +8,12 @@
 
 use crate::common::admin::{get, post, serve};
 use crate::common::redis as redis_support;
+use crate::common::Upstream;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use redis_support::{eventually_within, RedisCluster, RedisServer, Upstream};
+use redis_support::{eventually_within, RedisCluster, RedisServer};
 use tokio::time::Instant;
 use tower::{BoxError, Layer as _, Service, ServiceExt};
 use tower_circuit_breaker::admin::Admin;
@@ -70,9 +71,9 @@ impl Node {
         self.registry.get(&name.to_owned()).unwrap().state()
     }
 
-    async fn call(&self, name: &str, upstream: &Upstream) -> Result<(), BoxError> {
+    async fn call(&self, name: &str, upstream: &Upstream<()>) -> Result<(), BoxError> {
         let breaker = self.registry.get(&name.to_owned()).unwrap();
-        let mut service = breaker.layer().layer(upstream.service());
+        let mut service = breaker.layer().layer(upstream.clone());
         service.ready().await?.call(()).await
     }
 }
@@ -124,7 +125,7 @@ async fn all_within_a_refresh(
 
 /// What a refused call says: the breaker refused it, and the upstream saw
 /// nothing.
-async fn refused_everywhere(nodes: &[Node], name: &str, upstream: &Upstream) {
+async fn refused_everywhere(nodes: &[Node], name: &str, upstream: &Upstream<()>) {
     let before = upstream.calls();
     for node in nodes {
         let err = node.call(name, upstream).await.expect_err("refused");

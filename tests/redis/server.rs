@@ -10,13 +10,14 @@
 //! slow machine cannot break).
 
 use crate::common::redis as redis_support;
+use crate::common::Upstream;
 
 use futures_util::FutureExt;
 use std::time::Duration;
 
 use redis_support::{
     breaker_key, commands_served, connect, eventually, eventually_within, free_port, next_event,
-    redis_now_ms, shard_base, GarbageServer, RedisServer, StallingProxy, Upstream,
+    redis_now_ms, shard_base, GarbageServer, RedisServer, StallingProxy,
 };
 use tokio::time::Instant;
 use tower::{BoxError, Service, ServiceExt};
@@ -41,12 +42,12 @@ struct Instance {
 }
 
 impl Instance {
-    fn new(store: RedisStoreBuilder, config: Config, upstream: &Upstream) -> Self {
+    fn new(store: RedisStoreBuilder, config: Config, upstream: &Upstream<()>) -> Self {
         let store = store.build().expect("a valid store");
         let layer = CircuitBreakerLayer::new(config);
         let breaker = layer.breaker();
         assert!(store.attach(&breaker));
-        let inner = tower::util::BoxCloneSyncService::new(upstream.service());
+        let inner = tower::util::BoxCloneSyncService::new(upstream.clone());
         let service = tower::Layer::layer(&layer, inner);
         Instance {
             store,
@@ -120,7 +121,7 @@ async fn synced_fleet(
     server: &RedisServer,
     prefix: &str,
     config: &Config,
-    upstream: &Upstream,
+    upstream: &Upstream<()>,
 ) -> Vec<Instance> {
     synced_fleet_of(n, || store(server, prefix), config, upstream).await
 }
@@ -131,7 +132,7 @@ async fn synced_fleet_of(
     n: usize,
     store: impl Fn() -> RedisStoreBuilder,
     config: &Config,
-    upstream: &Upstream,
+    upstream: &Upstream<()>,
 ) -> Vec<Instance> {
     let fleet: Vec<Instance> = (0..n)
         .map(|_| Instance::new(store(), config.clone(), upstream))
@@ -258,7 +259,7 @@ async fn eight_instances_send_at_most_one_probe_per_open_period() {
     );
     // One probe per period, not merely as many probes as periods: each
     // comes after the opening its predecessor's failure wrote had run out.
-    let arrivals = upstream.arrivals.lock().unwrap().clone();
+    let arrivals = upstream.arrivals();
     for pair in arrivals[before..].windows(2) {
         let gap = pair[1] - pair[0];
         assert!(
@@ -912,7 +913,7 @@ async fn tripped_while_redis_is_down(
     prefix: &str,
 ) -> (
     RedisServer,
-    Upstream,
+    Upstream<()>,
     Vec<Instance>,
     Vec<tokio::sync::broadcast::Receiver<StoreEvent>>,
 ) {
@@ -1328,7 +1329,7 @@ async fn several_breakers_of_one_name_on_one_instance_send_one_probe() {
     let mut clients: Vec<Svc> = layers
         .iter()
         .map(|l| {
-            let inner = tower::util::BoxCloneSyncService::new(upstream.service());
+            let inner = tower::util::BoxCloneSyncService::new(upstream.clone());
             tower::Layer::layer(l, inner)
         })
         .collect();
@@ -1375,13 +1376,13 @@ async fn an_active_prober_probes_as_soon_as_its_instance_wins_the_lock() {
     synced(&fleet).await;
     for instance in &fleet {
         instance.breaker.probe_actively(
-            upstream.service(),
+            upstream.clone(),
             || (),
             tower_circuit_breaker::classify::ErrorsAsFailures,
         );
     }
     assert_eq!(fleet[0].request().await, Answer::Failed);
-    let failed = upstream.arrivals.lock().unwrap()[0];
+    let failed = upstream.arrivals()[0];
     all_in(&fleet, State::Open, "both open").await;
     eventually("a probe, once the fleet's period ended", || {
         upstream.calls() >= 2
@@ -1389,7 +1390,7 @@ async fn an_active_prober_probes_as_soon_as_its_instance_wins_the_lock() {
     .await;
     // The fleet's period, which began after the failure, was kept (Redis
     // counts whole milliseconds).
-    let probed = upstream.arrivals.lock().unwrap()[1];
+    let probed = upstream.arrivals()[1];
     assert!(probed - failed >= open - Duration::from_millis(2));
 }
 
