@@ -74,6 +74,60 @@ impl Record {
     }
 }
 
+/// A call the breaker let through, as its admission settled it: the
+/// generation its outcome counts in (a probe's: the half-open one), a
+/// probe's permit, and what its outcome feeds. Whatever holds an admitted
+/// call until its outcome (a response future, a streamed body's
+/// obligation, a call permit, a keyed leg) holds one, records through
+/// [`Admission::record`] and, dropped first, cancels through
+/// [`Admission::cancel`].
+pub(crate) struct Admission {
+    pub(crate) generation: u32,
+    pub(crate) permit: Option<Box<Permit>>,
+    pub(crate) record: Record,
+}
+
+impl Admission {
+    /// A call admitted closed in `generation`, its outcome for the policy.
+    #[inline(always)]
+    pub(crate) fn closed(generation: u32) -> Self {
+        Admission {
+            generation,
+            permit: None,
+            record: Record::Policy,
+        }
+    }
+
+    /// Records `verdict` at `shared` for a call started at `start`, once:
+    /// later verdicts feed nothing.
+    #[inline(always)]
+    pub(crate) fn record(&mut self, shared: &Shared, verdict: Verdict, start: Option<Instant>) {
+        if let Some(count_only) = self.record.take() {
+            record(
+                shared,
+                self.generation,
+                &mut self.permit,
+                verdict,
+                start,
+                count_only,
+            );
+        }
+    }
+
+    /// Counts the call as cancelled at `shared`, unless its outcome was
+    /// recorded (see [`cancel`]).
+    #[inline]
+    pub(crate) fn cancel(&mut self, shared: &Shared, start: Option<Instant>) {
+        cancel(
+            shared,
+            self.generation,
+            &mut self.permit,
+            &mut self.record,
+            start,
+        );
+    }
+}
+
 /// A call dropped by its caller before its outcome was known: a
 /// cancellation, counting neither way, or, once it has waited the config's
 /// `cancelled_failure_after`, a failure (a probe's, a failed probe). A
@@ -249,18 +303,12 @@ impl Meta {
 
 impl<C> Call<C> {
     #[inline(always)]
-    pub(crate) fn new(
-        via: Via<C>,
-        generation: u32,
-        permit: Option<Box<Permit>>,
-        record: Record,
-        start: Option<Instant>,
-    ) -> Self {
+    pub(crate) fn new(via: Via<C>, admission: Admission, start: Option<Instant>) -> Self {
         Call {
             via: ManuallyDrop::new(via),
             start,
-            permit: ManuallyDrop::new(permit),
-            meta: Meta::new(generation, record),
+            permit: ManuallyDrop::new(admission.permit),
+            meta: Meta::new(admission.generation, admission.record),
         }
     }
 
@@ -293,12 +341,15 @@ impl<C> Call<C> {
         if what == Record::Nothing {
             return None;
         }
+        let admission = Admission {
+            generation: self.meta.generation(),
+            permit: self.permit.take(),
+            record: what,
+        };
         Some(Obligation::one(Pending::new(
             Arc::clone(self.via.shared()),
             false,
-            self.meta.generation(),
-            self.permit.take(),
-            what,
+            admission,
             self.start,
         )))
     }
@@ -508,9 +559,7 @@ pub(crate) struct Pending {
     /// handle the registry's eviction does not count as a user's, so that
     /// calls in flight never hold breakers in a full registry).
     pub(crate) internal: bool,
-    pub(crate) generation: u32,
-    pub(crate) permit: Option<Box<Permit>>,
-    pub(crate) what: Record,
+    pub(crate) admission: Admission,
     pub(crate) start: Option<Instant>,
     /// The call's latency, once taken where its breaker's `latency_to`
     /// says (the head, the first data frame); `None` runs it to the end.
@@ -518,23 +567,19 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// The obligation of a call admitted in `generation` (a probe's with
-    /// its `permit`) and started at `start`, its head just in: a latency
-    /// that runs to the head is taken now.
+    /// The obligation of a call admitted as `admission` says and started
+    /// at `start`, its head just in: a latency that runs to the head is
+    /// taken now.
     pub(crate) fn new(
         shared: Arc<Shared>,
         internal: bool,
-        generation: u32,
-        permit: Option<Box<Permit>>,
-        what: Record,
+        admission: Admission,
         start: Option<Instant>,
     ) -> Self {
         let mut pending = Pending {
             shared,
             internal,
-            generation,
-            permit,
-            what,
+            admission,
             start,
             latency: None,
         };
@@ -560,23 +605,16 @@ impl Pending {
     }
 
     fn settle(&mut self, verdict: Verdict) {
-        let Some(count_only) = self.what.take() else {
+        if self.admission.record == Record::Nothing {
             return;
-        };
+        }
         // A latency taken earlier stands: the call is recorded now with
         // it, as if it had started that long ago.
         let start = match self.latency {
             Some(latency) => Instant::now().checked_sub(latency).or(self.start),
             None => self.start,
         };
-        record(
-            &self.shared,
-            self.generation,
-            &mut self.permit,
-            verdict,
-            start,
-            count_only,
-        );
+        self.admission.record(&self.shared, verdict, start);
     }
 }
 
@@ -585,13 +623,7 @@ impl Drop for Pending {
         // The caller walked away before the end: says nothing of the
         // upstream's health. A cancellation; the permit goes back as the
         // field drops.
-        cancel(
-            &self.shared,
-            self.generation,
-            &mut self.permit,
-            &mut self.what,
-            self.start,
-        );
+        self.admission.cancel(&self.shared, self.start);
         if self.internal {
             self.shared.note_internal_handle(false);
         }

@@ -61,12 +61,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::breaker::admission::Permit;
 use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures, Outcome, Verdict};
 use crate::error::{CircuitOpen, Name};
-use crate::future::{record, Call, Record, ResponseFuture, Via};
+use crate::future::{Admission, Call, ResponseFuture, Via};
 use crate::service::{CountIn, Settled};
 
 /// Leave to make one call through a breaker, from
@@ -78,38 +77,18 @@ use crate::service::{CountIn, Settled};
 #[must_use = "a permit records how the call went; dropped unrecorded, the call counts as cancelled"]
 pub struct CallPermit {
     shared: Arc<Shared>,
-    generation: u32,
-    /// A probe's permit, if this call is a probe.
-    probe: Option<Box<Permit>>,
-    record: Record,
+    admission: Admission,
     /// When the call began, for a policy that judges latencies.
     start: Option<Instant>,
 }
 
-/// The parts of an admitted call, before they become a permit or a
-/// response future.
-struct Admitted {
-    generation: u32,
-    permit: Option<Box<Permit>>,
-    record: Record,
-    start: Option<Instant>,
-}
-
-/// Admits one call at `shared`, as the tower service would, counting it.
-fn admit(shared: &Arc<Shared>) -> Result<Admitted, CircuitOpen> {
+/// Admits one call at `shared`, as the tower service would, counting it:
+/// the admission, and when the call began if its latency counts.
+fn admit(shared: &Arc<Shared>) -> Result<(Admission, Option<Instant>), CircuitOpen> {
     match Settled::of(shared.admit(), shared, CountIn::Breaker) {
-        Settled::Admitted {
-            generation,
-            permit,
-            record,
-        } => {
+        Settled::Admitted(admission) => {
             shared.count_call(true);
-            Ok(Admitted {
-                generation,
-                permit: permit.map(Box::new),
-                record,
-                start: shared.needs_latency().then(Instant::now),
-            })
+            Ok((admission, shared.needs_latency().then(Instant::now)))
         }
         Settled::Refused { retry_at, state } => {
             shared.count_call(false);
@@ -138,13 +117,11 @@ impl Breaker {
     /// assert_eq!(refused.state(), State::ForcedOpen);
     /// ```
     pub fn try_acquire(&self) -> Result<CallPermit, CircuitOpen> {
-        let admitted = admit(&self.shared)?;
+        let (admission, start) = admit(&self.shared)?;
         Ok(CallPermit {
             shared: Arc::clone(&self.shared),
-            generation: admitted.generation,
-            probe: admitted.permit,
-            record: admitted.record,
-            start: admitted.start,
+            admission,
+            start,
         })
     }
 
@@ -215,7 +192,7 @@ impl Breaker {
         Fut: Future<Output = Result<T, E>>,
         E: From<CircuitOpen>,
     {
-        let admitted = admit(&self.shared).map_err(E::from)?;
+        let (admission, start) = admit(&self.shared).map_err(E::from)?;
         let via = Via::Direct {
             shared: Arc::clone(&self.shared),
             classifier,
@@ -224,13 +201,7 @@ impl Breaker {
         // the outcome, a panic as a failure, a drop as a cancellation.
         // `call` runs inside its first poll, so that a panic while it builds
         // its future is a failure too, not an admitted call that never ends.
-        let admitted = Call::new(
-            via,
-            admitted.generation,
-            admitted.permit,
-            admitted.record,
-            admitted.start,
-        );
+        let admitted = Call::new(via, admission, start);
         ResponseFuture::called(async move { call().await }, admitted).await
     }
 }
@@ -284,36 +255,22 @@ impl CallPermit {
     }
 
     fn record_verdict(&mut self, verdict: Verdict, latency: Option<Duration>) {
-        let Some(count_only) = self.record.take() else {
-            return;
-        };
         let start = match (latency, self.start) {
             // A latency the caller measured: the call began that long ago.
             (Some(latency), Some(_)) => Instant::now().checked_sub(latency),
             (_, start) => start,
         };
-        record(
-            &self.shared,
-            self.generation,
-            &mut self.probe,
-            verdict,
-            start,
-            count_only,
-        );
+        self.admission.record(&self.shared, verdict, start);
     }
 }
 
 impl Drop for CallPermit {
     fn drop(&mut self) {
         // Never recorded: the call was abandoned, or a panic unwound past
-        // the permit. A cancellation; a probe so ended reopens the breaker
-        // for the same period, as a probe whose future was dropped does.
-        if self.record != Record::Nothing {
-            self.shared.count_cancelled();
-            if let Some(permit) = self.probe.take() {
-                permit.cancelled();
-            }
-        }
+        // the permit. A cancellation, as a response future dropped
+        // unfinished is (a failure once it waited `cancelled_failure_after`);
+        // a probe so ended reopens the breaker for the same period.
+        self.admission.cancel(&self.shared, self.start);
     }
 }
 
@@ -321,8 +278,8 @@ impl std::fmt::Debug for CallPermit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallPermit")
             .field("breaker", self.shared.name())
-            .field("generation", &self.generation)
-            .field("probe", &self.probe.is_some())
+            .field("generation", &self.admission.generation)
+            .field("probe", &self.admission.permit.is_some())
             .finish()
     }
 }

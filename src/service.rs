@@ -18,7 +18,7 @@ use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures};
 use crate::eligible::{AnyRequest, ProbeEligibility};
 use crate::error::{CircuitOpen, HoldsCircuitOpen, Name, Since};
-use crate::future::{Call, Finish, Record, ResponseFuture, Via};
+use crate::future::{Admission, Call, Finish, Record, ResponseFuture, Via};
 use crate::local::Owner;
 use crate::State;
 
@@ -390,13 +390,8 @@ impl CountIn<'_> {
 
 /// A call's admission, settled at `call` from the breaker's decision.
 pub(crate) enum Settled {
-    /// Call the inner service; its outcome counts in `generation` as
-    /// `record` says.
-    Admitted {
-        generation: u32,
-        permit: Option<Permit>,
-        record: Record,
-    },
+    /// Call the inner service.
+    Admitted(Admission),
     /// Refuse at once.
     Refused { retry_at: Instant, state: State },
 }
@@ -410,16 +405,13 @@ impl Settled {
     /// caller, as every admission is).
     #[inline]
     pub(crate) fn of(decision: Decision, shared: &Arc<Shared>, counts: CountIn<'_>) -> Self {
-        let admitted = |generation, permit, record| Settled::Admitted {
-            generation,
-            permit,
-            record,
-        };
         match decision {
-            Decision::Closed(generation) => admitted(generation, None, Record::Policy),
-            Decision::Probe(permit) if permit.begin() => {
-                admitted(permit.generation(), Some(permit), Record::Policy)
-            }
+            Decision::Closed(generation) => Settled::Admitted(Admission::closed(generation)),
+            Decision::Probe(permit) if permit.begin() => Settled::Admitted(Admission {
+                generation: permit.generation(),
+                permit: Some(Box::new(permit)),
+                record: Record::Policy,
+            }),
             Decision::Probe(_) => Settled::Refused {
                 retry_at: Instant::now(),
                 state: shared.state(),
@@ -438,7 +430,11 @@ impl Settled {
                 } else {
                     Record::Nothing
                 };
-                admitted(shared.load().generation(), None, record)
+                Settled::Admitted(Admission {
+                    generation: shared.load().generation(),
+                    permit: None,
+                    record,
+                })
             }
             Decision::Refuse {
                 retry_at, state, ..
@@ -528,16 +524,12 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
     {
         let word = self.handle.shared.load();
         let settled = if word.tag() == Tag::Closed && matches!(self.ready, Reservation::Unchecked) {
-            Ok(Admitted {
-                generation: word.generation(),
-                permit: None,
-                record: Record::Policy,
-            })
+            Ok(Admission::closed(word.generation()))
         } else {
             self.settle_call(&req, word)
         };
         match settled {
-            Ok(admitted) => self.call_admitted(req, admitted),
+            Ok(admission) => self.call_admitted(req, admission),
             Err(Refused { retry_at, state }) => {
                 ResponseFuture::rejected(self.handle.refused(retry_at, state))
             }
@@ -547,7 +539,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
     /// `call` past a closed breaker with nothing reserved: a reservation to
     /// consume, a refusal, or a decision.
     #[inline(always)]
-    fn settle_call<Req>(&mut self, req: &Req, word: Word) -> Result<Admitted, Refused>
+    fn settle_call<Req>(&mut self, req: &Req, word: Word) -> Result<Admission, Refused>
     where
         P: ProbeEligibility<Req>,
     {
@@ -564,11 +556,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
                 });
             }
             self.ready = Reservation::Unchecked;
-            return Ok(Admitted {
-                generation: word.generation(),
-                permit: None,
-                record: Record::Policy,
-            });
+            return Ok(Admission::closed(word.generation()));
         }
         // The refusal `poll_ready` promised, on a word that has not moved:
         // the common case while open, decided here without a call.
@@ -684,7 +672,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
     /// the future is built in one place, inline, where the caller's
     /// optimiser can keep it in registers.
     #[cold]
-    fn settle_not_closed<Req>(&mut self, req: &Req, word: Word) -> Result<Admitted, Refused>
+    fn settle_not_closed<Req>(&mut self, req: &Req, word: Word) -> Result<Admission, Refused>
     where
         P: ProbeEligibility<Req>,
     {
@@ -709,7 +697,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
         // `begin` confirms a reserved permit still holds and starts its
         // deadline: the probe's time runs from the call, not the reservation.
         match mem::replace(&mut self.ready, Reservation::Unchecked) {
-            Reservation::Probe(permit) if permit.begin() => Ok(Admitted {
+            Reservation::Probe(permit) if permit.begin() => Ok(Admission {
                 generation: permit.generation(),
                 permit: Some(Box::new(permit)),
                 record: Record::Policy,
@@ -728,15 +716,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
                 &self.handle.shared,
                 self.handle.counts(),
             ) {
-                Settled::Admitted {
-                    generation,
-                    permit,
-                    record,
-                } => Ok(Admitted {
-                    generation,
-                    permit: permit.map(Box::new),
-                    record,
-                }),
+                Settled::Admitted(admission) => Ok(admission),
                 Settled::Refused { retry_at, state } => Err(Refused { retry_at, state }),
             },
         }
@@ -745,7 +725,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
     /// Calls the inner service for an admitted call and builds its response
     /// future, in place.
     #[inline(always)]
-    fn call_admitted<Req>(&mut self, req: Req, admitted: Admitted) -> ResponseFuture<S::Future, C>
+    fn call_admitted<Req>(&mut self, req: Req, admission: Admission) -> ResponseFuture<S::Future, C>
     where
         S: Service<Req>,
     {
@@ -753,13 +733,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
         let start = self.handle.shared.needs_latency().then(Instant::now);
         // If `call` panics, the permit is dropped while unwinding and goes back.
         let future = self.inner.call(req);
-        let call = Call::new(
-            via,
-            admitted.generation,
-            admitted.permit,
-            admitted.record,
-            start,
-        );
+        let call = Call::new(via, admission, start);
         ResponseFuture::called(future, call)
     }
 }
@@ -768,14 +742,6 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
 struct Refused {
     retry_at: Instant,
     state: State,
-}
-
-/// An admitted call, before the inner service is called: the generation its
-/// outcome counts in, a probe's permit, and what the outcome feeds.
-struct Admitted {
-    generation: u32,
-    permit: Option<Box<Permit>>,
-    record: Record,
 }
 
 impl<S: Clone, C: Clone, P: Clone> Clone for CircuitBreaker<S, C, P> {

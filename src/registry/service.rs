@@ -15,13 +15,12 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::{AcquireError, HoldsKeyedRefusals, Registry, RegistryFull};
-use crate::breaker::admission::Permit;
 use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
 use crate::classify::{Classified, Classify, ErrorsAsFailures, Outcome, Verdict};
 use crate::eligible::{AnyRequest, ProbeEligibility};
 use crate::error::{CircuitOpen, Name};
-use crate::future::{cancel, record, Finish, Obligation, Pending, Record};
+use crate::future::{Admission, Finish, Obligation, Pending, Record};
 use crate::local::{Lease, Owner};
 use crate::service::{CountIn, Settled};
 
@@ -378,9 +377,7 @@ impl Drop for LookedUp {
 /// One breaker a call went through, and how it was admitted there.
 pub(super) struct Leg {
     pub(super) via: Via,
-    generation: u32,
-    permit: Option<Box<Permit>>,
-    record: Record,
+    admission: Admission,
 }
 
 impl Leg {
@@ -397,16 +394,7 @@ impl Leg {
     ) -> Result<Leg, CircuitOpen> {
         let shared = via.shared();
         match Settled::of(shared.admit_if(may_probe), shared, counts) {
-            Settled::Admitted {
-                generation,
-                permit,
-                record,
-            } => Ok(Leg {
-                via,
-                generation,
-                permit: permit.map(Box::new),
-                record,
-            }),
+            Settled::Admitted(admission) => Ok(Leg { via, admission }),
             Settled::Refused { retry_at, state } => {
                 counts.count(shared, false);
                 Err(CircuitOpen::new(Name::new(shared.name()), retry_at, state))
@@ -417,46 +405,28 @@ impl Leg {
     /// Counts the call as cancelled, unless its outcome was recorded (the
     /// leg is being dropped; a probe's permit goes back as it does).
     pub(super) fn cancel(&mut self, start: Option<Instant>) {
-        cancel(
-            self.via.shared(),
-            self.generation,
-            &mut self.permit,
-            &mut self.record,
-            start,
-        );
+        self.admission.cancel(self.via.shared(), start);
     }
 
     /// Hands the recording on to a streamed body's obligation: `None` if
     /// nothing is left to record.
     fn defer(&mut self, start: Option<Instant>) -> Option<Pending> {
-        if self.record == Record::Nothing {
+        if self.admission.record == Record::Nothing {
             return None;
         }
         let shared = Arc::clone(self.via.shared());
         shared.note_internal_handle(true);
-        Some(Pending::new(
-            shared,
-            true,
-            self.generation,
-            self.permit.take(),
-            std::mem::replace(&mut self.record, Record::Nothing),
-            start,
-        ))
+        let admission = Admission {
+            generation: self.admission.generation,
+            permit: self.admission.permit.take(),
+            record: std::mem::replace(&mut self.admission.record, Record::Nothing),
+        };
+        Some(Pending::new(shared, true, admission, start))
     }
 
     #[inline(always)]
     pub(super) fn record(&mut self, verdict: Verdict, start: Option<Instant>) {
-        let Some(count_only) = self.record.take() else {
-            return;
-        };
-        record(
-            self.via.shared(),
-            self.generation,
-            &mut self.permit,
-            verdict,
-            start,
-            count_only,
-        );
+        self.admission.record(self.via.shared(), verdict, start);
     }
 }
 
