@@ -61,12 +61,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::breaker::admission::{settle, Admission, CountIn, Refused};
 use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures, Outcome, Verdict};
 use crate::error::{CircuitOpen, Name};
-use crate::future::{Admission, Call, ResponseFuture, Via};
-use crate::service::{CountIn, Settled};
+use crate::future::{Call, ResponseFuture, Via};
 
 /// Leave to make one call through a breaker, from
 /// [`Breaker::try_acquire`]: record how the call went with
@@ -85,12 +85,12 @@ pub struct CallPermit {
 /// Admits one call at `shared`, as the tower service would, counting it:
 /// the admission, and when the call began if its latency counts.
 fn admit(shared: &Arc<Shared>) -> Result<(Admission, Option<Instant>), CircuitOpen> {
-    match Settled::of(shared.admit(), shared, CountIn::Breaker) {
-        Settled::Admitted(admission) => {
+    match settle(shared.admit(), shared, CountIn::Breaker) {
+        Ok(admission) => {
             shared.count_call(true);
             Ok((admission, shared.needs_latency().then(Instant::now)))
         }
-        Settled::Refused { retry_at, state } => {
+        Err(Refused { retry_at, state }) => {
             shared.count_call(false);
             Err(CircuitOpen::new(Name::new(shared.name()), retry_at, state))
         }

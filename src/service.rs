@@ -10,15 +10,14 @@ use std::task::{Context, Poll};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use crate::breaker::admission::{Decision, Permit};
-use crate::breaker::clones::CloneCounts;
+use crate::breaker::admission::{settle, Admission, CountIn, Decision, Permit, Refused};
 use crate::breaker::shared::Shared;
 use crate::breaker::state::{Tag, Word};
 use crate::breaker::Breaker;
 use crate::classify::{Classify, ErrorsAsFailures};
 use crate::eligible::{AnyRequest, ProbeEligibility};
 use crate::error::{CircuitOpen, HoldsCircuitOpen, Name, Since};
-use crate::future::{Admission, Call, Finish, Record, ResponseFuture, Via};
+use crate::future::{Call, Finish, ResponseFuture, Via};
 use crate::local::Owner;
 use crate::State;
 
@@ -359,90 +358,6 @@ impl<C> Handle<C> {
     }
 }
 
-/// Where a call's admission and refusal are counted: in a service clone's
-/// own counts (no shared write), or in the breaker's.
-#[derive(Clone, Copy)]
-pub(crate) enum CountIn<'a> {
-    Clone(&'a CloneCounts),
-    Breaker,
-}
-
-impl CountIn<'_> {
-    /// Counts a call to the breaker `shared` that its parent refused.
-    #[inline]
-    pub(crate) fn count_parent_refusal(self, shared: &Shared) {
-        match self {
-            CountIn::Clone(counts) => counts.rejected_by_parent(),
-            CountIn::Breaker => shared.count_parent_refusal(),
-        }
-    }
-
-    /// Counts a call to the breaker `shared`, admitted or refused.
-    #[inline]
-    pub(crate) fn count(self, shared: &Shared, admitted: bool) {
-        match (self, admitted) {
-            (CountIn::Clone(counts), true) => counts.admitted(),
-            (CountIn::Clone(counts), false) => counts.rejected(),
-            (CountIn::Breaker, admitted) => shared.count_call(admitted),
-        }
-    }
-}
-
-/// A call's admission, settled at `call` from the breaker's decision.
-pub(crate) enum Settled {
-    /// Call the inner service.
-    Admitted(Admission),
-    /// Refuse at once.
-    Refused { retry_at: Instant, state: State },
-}
-
-impl Settled {
-    /// Settles `decision`, made by `shared` for a call about to be made. A
-    /// probe's permit is begun here (its deadline runs from the call); one
-    /// lost at once (the half-open round just ended) is a refusal. A call
-    /// shadow mode lets through is counted in `counts` as the refusal a
-    /// real breaker would have made (its admission is counted by the
-    /// caller, as every admission is).
-    #[inline]
-    pub(crate) fn of(decision: Decision, shared: &Arc<Shared>, counts: CountIn<'_>) -> Self {
-        match decision {
-            Decision::Closed(generation) => Settled::Admitted(Admission::closed(generation)),
-            Decision::Probe(permit) if permit.begin() => Settled::Admitted(Admission {
-                generation: permit.generation(),
-                permit: Some(Box::new(permit)),
-                record: Record::Policy,
-            }),
-            Decision::Probe(_) => Settled::Refused {
-                retry_at: Instant::now(),
-                state: shared.state(),
-            },
-            // Asked for a call that may not probe, while a probe is due.
-            Decision::ProbeDue { retry_at } => Settled::Refused {
-                retry_at,
-                state: State::HalfOpen,
-            },
-            Decision::Bypass { counted, shadowed } => {
-                if shadowed {
-                    counts.count(shared, false);
-                }
-                let record = if counted {
-                    Record::CountOnly
-                } else {
-                    Record::Nothing
-                };
-                Settled::Admitted(Admission {
-                    generation: shared.load().generation(),
-                    permit: None,
-                    record,
-                })
-            }
-            Decision::Refuse {
-                retry_at, state, ..
-            } => Settled::Refused { retry_at, state },
-        }
-    }
-}
-
 impl<S, C, P, Req> Service<Req> for CircuitBreaker<S, C, P>
 where
     S: Service<Req>,
@@ -697,17 +612,13 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
         // `begin` confirms a reserved permit still holds and starts its
         // deadline: the probe's time runs from the call, not the reservation.
         match mem::replace(&mut self.ready, Reservation::Unchecked) {
-            Reservation::Probe(permit) if permit.begin() => Ok(Admission {
-                generation: permit.generation(),
-                permit: Some(Box::new(permit)),
-                record: Record::Policy,
-            }),
+            Reservation::Probe(permit) if permit.begin() => Ok(Admission::probe(permit)),
             // The breaker left closed since `poll_ready` (or there was
             // none), or the reservation lapsed, or a predicate left the
             // permit to `call`: decide again, so a breaker that opened in
             // between refuses without calling, and a request that may not
             // probe takes no permit.
-            _ => match Settled::of(
+            _ => settle(
                 if P::ANY_REQUEST || self.eligible.may_probe(req) {
                     self.handle.shared.admit()
                 } else {
@@ -715,10 +626,7 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
                 },
                 &self.handle.shared,
                 self.handle.counts(),
-            ) {
-                Settled::Admitted(admission) => Ok(admission),
-                Settled::Refused { retry_at, state } => Err(Refused { retry_at, state }),
-            },
+            ),
         }
     }
 
@@ -736,12 +644,6 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
         let call = Call::new(via, admission, start);
         ResponseFuture::called(future, call)
     }
-}
-
-/// A refusal, before it is counted and made.
-struct Refused {
-    retry_at: Instant,
-    state: State,
 }
 
 impl<S: Clone, C: Clone, P: Clone> Clone for CircuitBreaker<S, C, P> {

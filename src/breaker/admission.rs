@@ -1,14 +1,27 @@
-//! Admission: the decision `poll_ready` and `call` act on, and the half-open
-//! probe permit that makes readiness a reservation.
+//! Admission, from the breaker's decision to the call's outcome: what the
+//! breaker says about one call ([`Decision`]), the half-open probe permit
+//! that makes readiness a reservation ([`Permit`]), the decision settled at
+//! `call` into an admitted call or a refusal ([`settle`]), and the admitted
+//! call itself ([`Admission`]), which records its outcome once or, dropped
+//! first, counts a cancellation.
+//!
+//! Every holder of an admitted call (a response future, a streamed body's
+//! obligation, a call permit, a keyed leg) goes through [`Admission`]'s
+//! `record` and `cancel`, so the path from an outcome to the breaker is
+//! written once: a closed-state success that no policy needs returns
+//! inline in [`record`]; anything else goes to [`record_slow`] and from
+//! there to the breaker's `record_closed` or the probe's permit.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::clones::CloneCounts;
 use super::shared::{Shared, Ticket};
 use super::state::Word;
 use crate::events::State;
+use crate::outcome::{FailureClass, Outcome, Verdict};
 
 /// What the breaker says about one call.
 #[derive(Debug)]
@@ -103,5 +116,279 @@ impl Drop for Permit {
         if self.armed {
             self.shared.release_permit(self.generation, self.ticket);
         }
+    }
+}
+
+/// Where a call's admission and refusal are counted: in a service clone's
+/// own counts (no shared write), or in the breaker's.
+#[derive(Clone, Copy)]
+pub(crate) enum CountIn<'a> {
+    Clone(&'a CloneCounts),
+    Breaker,
+}
+
+impl CountIn<'_> {
+    /// Counts a call to the breaker `shared` that its parent refused.
+    #[inline]
+    pub(crate) fn count_parent_refusal(self, shared: &Shared) {
+        match self {
+            CountIn::Clone(counts) => counts.rejected_by_parent(),
+            CountIn::Breaker => shared.count_parent_refusal(),
+        }
+    }
+
+    /// Counts a call to the breaker `shared`, admitted or refused.
+    #[inline]
+    pub(crate) fn count(self, shared: &Shared, admitted: bool) {
+        match (self, admitted) {
+            (CountIn::Clone(counts), true) => counts.admitted(),
+            (CountIn::Clone(counts), false) => counts.rejected(),
+            (CountIn::Breaker, admitted) => shared.count_call(admitted),
+        }
+    }
+}
+
+/// A call the breaker refused, before the refusal is counted and made:
+/// when to ask again, and the state that refused.
+pub(crate) struct Refused {
+    pub(crate) retry_at: Instant,
+    pub(crate) state: State,
+}
+
+/// Settles `decision`, made by `shared` for a call about to be made, into
+/// an admitted call or a refusal. A probe's permit is begun here (its
+/// deadline runs from the call); one lost at once (the half-open round
+/// just ended) is a refusal. A call shadow mode lets through is counted in
+/// `counts` as the refusal a real breaker would have made (its admission
+/// is counted by the caller, as every admission is).
+#[inline]
+pub(crate) fn settle(
+    decision: Decision,
+    shared: &Arc<Shared>,
+    counts: CountIn<'_>,
+) -> Result<Admission, Refused> {
+    match decision {
+        Decision::Closed(generation) => Ok(Admission::closed(generation)),
+        Decision::Probe(permit) if permit.begin() => Ok(Admission::probe(permit)),
+        Decision::Probe(_) => Err(Refused {
+            retry_at: Instant::now(),
+            state: shared.state(),
+        }),
+        // Asked for a call that may not probe, while a probe is due.
+        Decision::ProbeDue { retry_at } => Err(Refused {
+            retry_at,
+            state: State::HalfOpen,
+        }),
+        Decision::Bypass { counted, shadowed } => {
+            if shadowed {
+                counts.count(shared, false);
+            }
+            let record = if counted {
+                Record::CountOnly
+            } else {
+                Record::Nothing
+            };
+            Ok(Admission {
+                generation: shared.load().generation(),
+                permit: None,
+                record,
+            })
+        }
+        Decision::Refuse {
+            retry_at, state, ..
+        } => Err(Refused { retry_at, state }),
+    }
+}
+
+/// What a call's outcome feeds, once it is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Record {
+    /// The trip policy (closed) or the probe's permit (half-open).
+    Policy = 0,
+    /// Only the breaker's counts (held closed by an operator).
+    CountOnly = 1,
+    /// Nothing: disabled, passed by shadow mode, or already recorded.
+    Nothing = 2,
+}
+
+impl Record {
+    /// Takes what a verdict feeds, leaving `Nothing` for any later one:
+    /// `None` if it feeds nothing, or whether it feeds only the counts.
+    #[inline(always)]
+    pub(crate) fn take(&mut self) -> Option<bool> {
+        if *self == Record::Nothing {
+            return None;
+        }
+        let count_only = *self == Record::CountOnly;
+        *self = Record::Nothing;
+        Some(count_only)
+    }
+}
+
+/// A call the breaker let through, as its admission settled it: the
+/// generation its outcome counts in (a probe's: the half-open one), a
+/// probe's permit, and what its outcome feeds. Whatever holds an admitted
+/// call until its outcome (a response future, a streamed body's
+/// obligation, a call permit, a keyed leg) holds one, records through
+/// [`Admission::record`] and, dropped first, cancels through
+/// [`Admission::cancel`].
+pub(crate) struct Admission {
+    pub(crate) generation: u32,
+    pub(crate) permit: Option<Box<Permit>>,
+    pub(crate) record: Record,
+}
+
+impl Admission {
+    /// A call admitted closed in `generation`, its outcome for the policy.
+    #[inline(always)]
+    pub(crate) fn closed(generation: u32) -> Self {
+        Admission {
+            generation,
+            permit: None,
+            record: Record::Policy,
+        }
+    }
+
+    /// A probe, begun: its outcome goes to `permit`.
+    #[inline]
+    pub(crate) fn probe(permit: Permit) -> Self {
+        Admission {
+            generation: permit.generation(),
+            permit: Some(Box::new(permit)),
+            record: Record::Policy,
+        }
+    }
+
+    /// Records `verdict` at `shared` for a call started at `start`, once:
+    /// later verdicts feed nothing.
+    #[inline(always)]
+    pub(crate) fn record(&mut self, shared: &Shared, verdict: Verdict, start: Option<Instant>) {
+        if let Some(count_only) = self.record.take() {
+            record(
+                shared,
+                self.generation,
+                &mut self.permit,
+                verdict,
+                start,
+                count_only,
+            );
+        }
+    }
+
+    /// Counts the call as cancelled at `shared`, unless its outcome was
+    /// recorded: what its holder does when dropped. A call dropped by its
+    /// caller before its outcome was known is a cancellation, counting
+    /// neither way, or, once it has waited the config's
+    /// `cancelled_failure_after`, a failure (a probe's, a failed probe). A
+    /// cancelled probe gave no evidence: the breaker opens again for the
+    /// period it just had, neither longer nor at once.
+    #[inline]
+    pub(crate) fn cancel(&mut self, shared: &Shared, start: Option<Instant>) {
+        // Checked here, inline: a call whose outcome was recorded (every
+        // call that completed) drops without a call out of line. What goes
+        // out of line goes by value, so that the call's fields stay where
+        // the caller's optimiser put them.
+        if self.record != Record::Nothing {
+            let what = std::mem::replace(&mut self.record, Record::Nothing);
+            cancel_unrecorded(shared, self.generation, self.permit.take(), what, start);
+        }
+    }
+}
+
+/// [`Admission::cancel`] past its check, for a call not yet recorded
+/// (`what`), or recorded with a permit left to give back.
+#[cold]
+#[inline(never)]
+pub(crate) fn cancel_unrecorded(
+    shared: &Shared,
+    generation: u32,
+    permit: Option<Box<Permit>>,
+    what: Record,
+    start: Option<Instant>,
+) {
+    if what == Record::Nothing {
+        // Recorded already; a permit left is given back as it drops.
+        drop(permit);
+    } else if shared.cancellation_is_failure(start) {
+        let failure = Verdict::failure(FailureClass::Timeout);
+        record_slow(
+            shared,
+            generation,
+            permit,
+            failure,
+            start,
+            what == Record::CountOnly,
+        );
+    } else {
+        shared.count_cancelled();
+        if let Some(permit) = permit {
+            permit.cancelled();
+        }
+    }
+}
+
+/// Records a call's verdict: in the closed generation that admitted it, or
+/// as a probe through its permit, which it takes.
+#[inline(always)]
+pub(crate) fn record(
+    shared: &Shared,
+    generation: u32,
+    permit: &mut Option<Box<Permit>>,
+    verdict: Verdict,
+    start: Option<Instant>,
+    count_only: bool,
+) {
+    // The common case, decided here rather than behind a call: a
+    // closed-state success that no policy needs (no time, no permit).
+    if !count_only
+        && start.is_none()
+        && permit.is_none()
+        && verdict.outcome() == Outcome::Success
+        && shared.success_is_quiet()
+    {
+        return;
+    }
+    record_slow(
+        shared,
+        generation,
+        permit.take(),
+        verdict,
+        start,
+        count_only,
+    );
+}
+
+/// [`record`] past its common case.
+fn record_slow(
+    shared: &Shared,
+    generation: u32,
+    permit: Option<Box<Permit>>,
+    verdict: Verdict,
+    start: Option<Instant>,
+    count_only: bool,
+) {
+    if count_only {
+        shared.count_outcome(verdict.outcome());
+        return;
+    }
+    match permit.map(|permit| *permit) {
+        None => shared.record_closed(
+            generation,
+            verdict,
+            // One clock read gives both the latency and the time to record
+            // it at.
+            start.map(|start| {
+                let end = Instant::now();
+                (end.saturating_duration_since(start), end)
+            }),
+        ),
+        Some(permit) => match verdict.outcome() {
+            Outcome::Success => permit.succeed(),
+            Outcome::Failure => permit.fail(verdict.retry_after()),
+            Outcome::Ignore => {
+                shared.record_closed(generation, verdict, None);
+                drop(permit);
+            }
+        },
     }
 }

@@ -15,14 +15,14 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::{AcquireError, HoldsKeyedRefusals, Registry, RegistryFull};
+use crate::breaker::admission::{settle, Admission, CountIn, Record, Refused};
 use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
 use crate::classify::{Classified, Classify, ErrorsAsFailures, Outcome, Verdict};
 use crate::eligible::{AnyRequest, ProbeEligibility};
 use crate::error::{CircuitOpen, Name};
-use crate::future::{Admission, Finish, Obligation, Pending, Record};
+use crate::future::{Finish, Obligation, Pending};
 use crate::local::{Lease, Owner};
-use crate::service::{CountIn, Settled};
 
 /// Wraps services in a [`KeyedCircuitBreaker`]: every request goes through
 /// the breaker its key names, made on first use in the [`Registry`].
@@ -393,9 +393,9 @@ impl Leg {
         may_probe: impl FnOnce() -> bool,
     ) -> Result<Leg, CircuitOpen> {
         let shared = via.shared();
-        match Settled::of(shared.admit_if(may_probe), shared, counts) {
-            Settled::Admitted(admission) => Ok(Leg { via, admission }),
-            Settled::Refused { retry_at, state } => {
+        match settle(shared.admit_if(may_probe), shared, counts) {
+            Ok(admission) => Ok(Leg { via, admission }),
+            Err(Refused { retry_at, state }) => {
                 counts.count(shared, false);
                 Err(CircuitOpen::new(Name::new(shared.name()), retry_at, state))
             }
