@@ -197,9 +197,9 @@
 //! first open period that is 33 changes per second: about 0.15 CPU seconds
 //! per second in all (15% of one core), 2.7 MB/s of traffic and 3,300
 //! scripts per second; once the backoff has reached `max_open` (300 s),
-//! about a tenth of that. Earlier releases of this store read three
-//! commands per key per instance per interval: 3×10^7 commands per second
-//! for the same fleet with nothing open (about 17 Redis cores, 1.8 GB/s).
+//! about a tenth of that. These figures come from the fleet-scale study
+//! (`benches/fleet/README.md` in the repository), which says how to
+//! measure them again on your own Redis.
 //!
 //! # Why redis-rs
 //!
