@@ -14,9 +14,10 @@
 //! `Watch` breaker opens on its streams' trailers while its `Check` breaker
 //! stays closed.
 //!
-//! The wiring is `grpc_router/router.rs` (the README's tonic section); the
-//! scenario, `grpc_router/scenario.rs`, is what
-//! `tests/loopback/grpc_router.rs` checks.
+//! The wiring is `grpc_router/router.rs`, shown in the guide's page on
+//! wiring each client (`src/guide/clients.md`); the scenario,
+//! `grpc_router/scenario.rs`, is what `tests/loopback/grpc_router.rs`
+//! checks.
 
 #[path = "grpc_router/backends.rs"]
 mod backends;

@@ -38,259 +38,41 @@
 //! # }
 //! ```
 //!
-//! # How it behaves
+//! Three things to know before wiring your own: every service one
+//! [`CircuitBreakerLayer`] wraps shares one breaker (build one layer per
+//! dependency, or use [keyed breakers](guide::keyed)); the timeout belongs
+//! inside the breaker; and the error type under the breaker must be able to
+//! hold a refusal, as tower's `BoxError` can ([the stack](guide::stack)).
 //!
-//! * **Admission** happens in `poll_ready`. Closed, it polls the inner
-//!   service. Open, it is ready at once without polling it, and `call`
-//!   refuses without calling it. It never returns `Err` from `poll_ready`
-//!   because a circuit is open: tower would discard the service.
-//! * **Half-open is derived from the clock**: open plus an elapsed open
-//!   period reads as half-open. No timer task exists that could be lost.
-//! * **The clock is tokio's** ([`tokio::time::Instant`]), so paused time
-//!   (`#[tokio::test(start_paused = true)]`, `advance`) drives open periods,
-//!   windows and probe deadlines in your tests as in ours, and an open period
-//!   ends when tokio's clock says, not a tick later. It is read only where a
-//!   decision needs it: never by a success under the default or count-window
-//!   policies (a failure reads it, to date an opening); once by a refusal,
-//!   which compares it with the period's end that each service clone works out
-//!   once per open period; once per call by time windows, twice by slow-call
-//!   policies. A coarse OS clock would be cheaper to read but needs a
-//!   dependency the core does without and ignores paused time; a timestamp
-//!   cached by a timer task would be cheaper still, but ends periods up to a
-//!   tick late, needs a task on every runtime and would need a second path for
-//!   paused time.
-//! * **Two readiness modes** ([`Readiness`]): fail fast (the default: ready
-//!   at once, `call` refuses) or gate (`Pending` until a probe is possible,
-//!   woken exactly then, so `tower::balance` routes around the endpoint).
-//! * **Probes are reservations**: a half-open permit is taken in
-//!   `poll_ready`, moved into the response future by `call`, and given back
-//!   when the future completes, is dropped, or panics.
-//! * **Which requests may probe** is a predicate's to say
-//!   (`probe_when`, [`eligible`]): the others are refused while a probe is
-//!   due and take no permit (then the permit is taken in `call`, where the
-//!   request is seen); closed, every request passes.
-//! * **The open period** starts at `cooldown`, grows by `backoff` on each
-//!   failed probe up to `max_open`, resets on close, and is never shorter
-//!   than `min_open`. A retry-after the upstream announced sets the period
-//!   instead (never under the first one, capped by `max_open`), as gRPC's
-//!   pushback replaces a retry's backoff: backoff grows only the periods the
-//!   breaker chooses itself.
-//! * **Generations**: every admitted call carries the generation it was
-//!   admitted in; an outcome arriving after the breaker moved on is dropped.
-//! * **Classification** decides what counts ([`classify`]): by default every
-//!   `Err` is a failure; [`HttpClassifier`](classify::HttpClassifier) ignores
-//!   4xx other than 408 and 429, so one bad client cannot open the circuit.
-//! * **Time** comes from `tokio::time`, so tests run on paused time.
-//! * **Transitions** are emitted once each as `tracing` events ([`events`]).
+//! # The guide
 //!
-//! # Where it sits in a stack
+//! The [`guide`] teaches the crate a page per subject, each with examples
+//! that compile and run:
 //!
-//! Outermost first: failover → **circuit breaker** → retry → timeout →
-//! client. The timeout belongs inside, so a hang becomes a failure the
-//! breaker records; a timeout outside would cancel calls before they are
-//! recorded. A retry inside the breaker retries a single failed attempt; a
-//! retry outside must not retry a [`CircuitOpen`] before its `retry_after`.
-//!
-//! # Trip policies
-//!
-//! See [`policy`]: consecutive failures (default), count window, time
-//! window, slow calls, an adaptive test against the dependency's learned
-//! baseline, and any-of combinations.
-//!
-//! ```
-//! use std::time::Duration;
-//! use tower_circuit_breaker::{policy::{ConsecutiveFailures, TimeWindow, TripPolicy}, Config};
-//!
-//! // Open on a hard outage at once, and on a partial one by its rate.
-//! let config = Config::builder()
-//!     .trip(TripPolicy::any_of([
-//!         ConsecutiveFailures::new(5).into(),
-//!         TimeWindow::new(Duration::from_secs(60)).min_calls(20).failure_rate(0.5).into(),
-//!     ]))
-//!     .build()?;
-//! # let _ = config;
-//! # Ok::<_, tower_circuit_breaker::ConfigError>(())
-//! ```
-//!
-//! # Classification
-//!
-//! A [`Classify`](classify::Classify) says which results are failures,
-//! which are successes, and which say nothing of the dependency's health
-//! (ignored). Closures work:
-//!
-//! ```
-//! use tower::BoxError;
-//! use tower_circuit_breaker::{classify::Outcome, CircuitBreakerLayer, Config};
-//!
-//! let layer = CircuitBreakerLayer::new(Config::default()).classify(
-//!     |result: Result<&u16, &BoxError>| match result {
-//!         Ok(400..=499) => Outcome::Ignore, // the request's fault
-//!         Ok(500..) | Err(_) => Outcome::Failure,
-//!         Ok(_) => Outcome::Success,
-//!     },
-//! );
-//! # let _ = layer;
-//! ```
-//!
-//! With the `http-body` feature, a classifier may defer its verdict to the
-//! end of the response's body: `.classify(StreamingHttp::new())` judges
-//! server-sent event streams, `.classify(GrpcClassifier::new())` gRPC calls
-//! by the status in their trailers, on one breaker or a keyed one alike
-//! (see [`body`]).
-//!
-//! # Keyed breakers
-//!
-//! One breaker per provider, credential or model, bounded in number, with
-//! parents ([`registry`]):
-//!
-//! ```
-//! use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
-//! use tower_circuit_breaker::{registry::{KeyedLayer, Registry}, Config};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), BoxError> {
-//! let registry = Registry::<String>::new(Config::default());
-//! let svc = ServiceBuilder::new()
-//!     .layer(KeyedLayer::new(registry.clone(), |req: &(String, String)| req.0.clone()))
-//!     .service(service_fn(|(_, prompt): (String, String)| async move {
-//!         Ok::<_, BoxError>(prompt.len())
-//!     }));
-//! svc.oneshot(("openai".to_string(), "hi".to_string())).await?;
-//! assert_eq!(registry.snapshot().len(), 1);
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! # Failover
-//!
-//! [`Failover`] tries candidates in order, each behind its own breaker: an
-//! open one is skipped without a call, a failure moves on, and an ignored
-//! outcome (a bad request) comes back to the caller.
-//!
-//! ```
-//! use tower::{service_fn, BoxError, ServiceExt};
-//! use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, Failover};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), BoxError> {
-//! let provider = |name: &'static str| {
-//!     service_fn(move |prompt: String| async move { Ok::<_, BoxError>(format!("{name}: {prompt}")) })
-//! };
-//! let primary = Breaker::new(Config::builder().name("primary").build()?);
-//! let secondary = Breaker::new(Config::builder().name("secondary").build()?);
-//! primary.force_open(None); // the primary is out
-//! let chain = Failover::new([
-//!     CircuitBreaker::new(provider("primary"), &primary),
-//!     CircuitBreaker::new(provider("secondary"), &secondary),
-//! ]);
-//! assert_eq!(chain.oneshot("hi".to_string()).await?, "secondary: hi");
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! # Outside tower
-//!
-//! Code that is not a tower service (a background job, a websocket
-//! session, a queue consumer) shares the same breaker through its two-step
-//! form ([`permit`]): [`Breaker::try_acquire`] admits a call as the service
-//! would, and the [`CallPermit`] records how it went. [`Breaker::open_on_signal`]
-//! opens the breaker on a signal from elsewhere (a load shedder, a health
-//! check), through its normal path.
-//!
-//! ```
-//! use tower_circuit_breaker::{Breaker, Config};
-//!
-//! let breaker = Breaker::new(Config::default());
-//! if let Ok(permit) = breaker.try_acquire() {
-//!     // ... make the call ...
-//!     permit.success();
-//! }
-//! ```
-//!
-//! # Shared state across a fleet
-//!
-//! By default a breaker's state lives in the process. With the `redis`
-//! feature, several instances share one breaker per name through Redis
-//! ([`store::redis`]): one failure count, one open record, one prober per
-//! key, while admission still reads only local memory. [`store::memory`]
-//! shares it the same way between instances in one process, on tokio's
-//! clock: a fleet to test on paused time, without Redis.
-//!
-//! ```no_run
-//! # #[cfg(feature = "redis")]
-//! # async fn fleet() -> Result<(), Box<dyn std::error::Error>> {
-//! use tower_circuit_breaker::store::redis::RedisStore;
-//! use tower_circuit_breaker::{CircuitBreakerLayer, Config};
-//!
-//! let store = RedisStore::builder("redis://127.0.0.1:6379").prefix("gateway").build()?;
-//! let layer = CircuitBreakerLayer::new(Config::builder().name("openai").build()?);
-//! store.attach(&layer.breaker());
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! # Observability
-//!
-//! Transitions are `tracing` events and can be subscribed to; snapshots
-//! read the very breakers the request path uses; the `metrics` feature
-//! reports gauges and counts:
-//!
-//! ```
-//! use tower_circuit_breaker::{Breaker, Config, State};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
-//! let breaker = Breaker::new(Config::builder().name("search").build().unwrap());
-//! let mut transitions = breaker.subscribe();
-//! breaker.force_open(None);
-//! assert_eq!(transitions.recv().await.unwrap().to, State::ForcedOpen);
-//! assert_eq!(breaker.snapshot().state, State::ForcedOpen);
-//! # }
-//! ```
-//!
-//! # Architecture
-//!
-//! One direction: a request meets **admission**, the **inner** service
-//! answers, a classifier turns the answer into an **outcome**, the outcome
-//! feeds the trip **policy**, the policy's verdict makes a **transition**,
-//! and the transition goes out as **events** to subscribers and observers.
-//! The rooms, from the bottom up; each names only rooms below it:
-//!
-//! | room | holds |
-//! | --- | --- |
-//! | `policy`, `outcome`, `classify` | pure decisions: outcomes in, a verdict out; a call's result in, an outcome out |
-//! | `config`, `error`, `events` | validated settings; typed errors; states, transitions and the [observer](events::Observer) hook |
-//! | `breaker` (the core) | the state word and generations, admission and permits, recording, transitions, manual control; the ports it defines: the fleet backend's trait, the prober's |
-//! | `service`, `future`, `body`, `layer`, `eligible` | the tower service and layer over the core; outcomes recorded when the response, or its body's end of stream, arrives; which requests may probe |
-//! | `registry`, `failover`, `probe` | keyed breakers; the candidate chain; active probing through the core's admission |
-//! | `store`, `metrics_facade`, `serialization`, `axum`, `tonic` | fleet backends on the core's port; observers; integrations |
-//!
-//! A test (`tests/in_process/architecture.rs`) checks that the core and the
-//! pure rooms name nothing above them.
-//!
-//! # Glossary
-//!
-//! The words these docs use, one meaning each:
-//!
-//! | word | means |
-//! | --- | --- |
-//! | breaker | one circuit: a state, a trip policy and counts, shared by every service clone made from one layer (or one registry key) |
-//! | state | closed (calls go through), open (calls are refused), half-open (probes go through), or an operator's hold: forced open, forced closed, disabled |
-//! | open period | how long an opened breaker refuses before it lets probes through; it grows with each failed round (backoff) or follows the upstream's retry-after hint |
-//! | admission | the decision, at `poll_ready` and `call`, to let a call through, refuse it, or make it a probe |
-//! | refusal | a call the breaker answered itself with [`CircuitOpen`], without sending it (counted as [`Counts::rejected`]) |
-//! | probe | a call let through while half-open to test the upstream; it holds one of the config's `probes` permits until its outcome is in |
-//! | permit | a probe's right to go through, given back when the probe's outcome is recorded or it is dropped |
-//! | generation | the count of the breaker's transitions, which every admitted call carries: an outcome from before the latest transition feeds no policy |
-//! | outcome | what a call's answer was to the breaker: success, failure, or ignored; with its failure class, a [`Verdict`](classify::Verdict) |
-//! | classifier | what turns a call's result (or its body's end of stream) into a verdict |
-//! | cancelled | a call dropped before its outcome was known: counted, neither success nor failure (a probe's permit goes back) |
-//! | trip policy | what decides, from outcomes, when a closed breaker opens |
-//! | hint | a retry-after an upstream sent (`Retry-After`, a reset header, gRPC pushback), which the open period honours |
-//! | key, parent | a registry breaker's name, and the breaker of a larger unit above it (a provider over its models) whose refusal also refuses the key |
-//! | fleet | instances sharing breaker state through a store; one of them probes per open period |
+//! | page | teaches | features |
+//! | --- | --- | --- |
+//! | [behaviour](guide::behaviour) | states, admission, probe permits, the open period, the clock, the refusal | |
+//! | [the stack](guide::stack) | where the breaker sits, the error rule, retries that know the breaker, answering callers | `retry`, `axum`, `tonic` |
+//! | [wiring each client](guide::clients) | hyper-util, a tonic `Channel` and a gRPC router, axum on both sides, any tower client | `tonic`, `axum` |
+//! | [readiness](guide::readiness) | fail fast or gate, and what tower's layers do outside a gate | |
+//! | [trip policies](guide::policies) | every policy, and how to choose | |
+//! | [classification](guide::classification) | what counts as a failure; providers' signals; streamed bodies | `http-body`, `tonic`, `tower-http` |
+//! | [keyed breakers](guide::keyed) | a breaker per key, parents, bounds, keys without credentials | |
+//! | [failover](guide::failover) | ordered candidates, each behind its breakers | |
+//! | [probes](guide::probes) | which requests may probe; active probes | |
+//! | [outside tower](guide::outside_tower) | permits, `run`, signals from elsewhere | |
+//! | [the fleet](guide::fleet) | one breaker across instances, on Redis or in memory; its capacity | `redis` |
+//! | [operations](guide::operations) | tracing, metrics and Grafana, the admin page, manual control, configs from files | `metrics`, `admin`, `serde` |
+//! | [testing](guide::testing) | testing your own stack on paused time | |
+//! | [cost](guide::cost) | what it costs and what it saves | |
+//! | [limits](guide::limits) | everything it does not do, in one list; the versions it is tied to | |
+//! | [words](guide::glossary) | the words these docs use; how the crate is built | |
 //!
 //! # Cargo features
+//!
+//! The core needs none; it depends only on tower, tower-layer,
+//! tower-service, pin-project-lite, tokio (`rt`, `sync`, `time`), http and
+//! tracing.
 //!
 //! | feature | adds |
 //! | --- | --- |
@@ -303,26 +85,6 @@
 //! | `redis` | breaker state shared by a fleet through Redis ([`store::redis`]) |
 //! | `admin` | an axum router for the people on call ([`admin`]): breakers as JSON, transitions as server-sent events, a live page, opt-in control |
 //! | `retry` | a `tower::retry` policy that waits out refusals, backs off with jitter and spends a retry budget ([`retry`]) |
-//!
-//! # Versions it is tied to
-//!
-//! Some dependencies are part of this crate's public API: their types
-//! appear in its signatures, or it recognises their values at run time.
-//! Each of their major releases is then a breaking release of this crate,
-//! and a program that uses another major of one of them gets no help from
-//! the integration, silently:
-//!
-//! | dependency | tied through | with another major in the program |
-//! | --- | --- | --- |
-//! | `tower` 0.5, `tower-service` 0.3, `tower-layer` 0.3 | `Service` and `Layer` impls; [`classify::is_timeout`] downcasts to tower 0.5's `Elapsed` | the layer does not fit the stack (a compile error); a timeout from another tower is not recognised as one: `is_timeout` says `false`, so a classifier that gives timeouts their own class counts it as a plain failure |
-//! | `http` 1 | classifiers and refusal responses over `http::Response` | a compile error |
-//! | `tower-http` 0.7 (feature) | [`classify::TowerHttp`] wraps its classifiers | a compile error |
-//! | `axum` 0.8 (feature) | `IntoResponse` for [`CircuitOpen`], the [`admin`] router | a compile error |
-//! | `tonic` 0.14 (feature) | `From<CircuitOpen>` for `Status`, [`classify::TonicClassifier`] | a compile error |
-//! | `metrics` 0.24 (feature) | the facade's global recorder | nothing is reported: a recorder installed through another `metrics` major is another global, which this crate never reaches |
-//!
-//! The Redis client stays out of the public API ([`store::redis`] takes a
-//! URL and a config, not a client), so its releases are not this crate's.
 //!
 //! [tower]: https://docs.rs/tower
 
@@ -359,6 +121,25 @@ mod error;
 pub mod events;
 pub mod failover;
 pub mod future;
+// The guide's pages: in the docs, and, for their examples, in the doc tests
+// with every feature on (`cargo test --doc --all-features`), since the
+// examples wire every integration.
+#[cfg(any(
+    doc,
+    all(
+        doctest,
+        feature = "admin",
+        feature = "axum",
+        feature = "http-body",
+        feature = "metrics",
+        feature = "redis",
+        feature = "retry",
+        feature = "serde",
+        feature = "tonic",
+        feature = "tower-http"
+    )
+))]
+pub mod guide;
 mod layer;
 mod local;
 // Not `metrics`, so that `use tower_circuit_breaker::*` leaves the name of

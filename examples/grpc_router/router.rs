@@ -1,7 +1,7 @@
 //! The gRPC router: backends behind a breaker per backend and method, each
 //! under its backend's breaker as parent, tonic's own deadlines, failover
-//! for unary calls, and streams judged by their trailers. The README's tonic
-//! section is this file.
+//! for unary calls, and streams judged by their trailers. The guide's page
+//! on wiring each client (`src/guide/clients.md`) shows this file.
 
 use std::future::Future;
 use std::time::Duration;

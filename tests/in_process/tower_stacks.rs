@@ -131,7 +131,7 @@ async fn timeouts_inside_the_breaker_open_it_and_later_calls_fail_fast_without_r
 
 #[tokio::test(start_paused = true)]
 async fn timeout_outside_the_breaker_cancels_calls_before_they_are_recorded() {
-    // The wrong order, pinned so the README's advice stays true: the
+    // The wrong order, pinned so the guide's advice stays true: the
     // timeout drops the breaker's response future, which records nothing.
     let layer = layer(3);
     let breaker = layer.breaker();

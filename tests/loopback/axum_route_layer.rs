@@ -1,8 +1,8 @@
 //! A breaker guarding an axum route on the server side, wired as the
-//! README's "guarding a route" shows (`route_layer`, `HandleErrorLayer`
-//! outside the breaker, a timeout inside it), served on loopback and called
-//! over real HTTP. Real sockets, so real time: the test asserts answers and
-//! counts, not timings.
+//! guide's "guarding a route" shows (`src/guide/clients.md`: `route_layer`,
+//! `HandleErrorLayer` outside the breaker, a timeout inside it), served on
+//! loopback and called over real HTTP. Real sockets, so real time: the
+//! test asserts answers and counts, not timings.
 #![cfg(feature = "axum")]
 
 use std::net::SocketAddr;

@@ -142,7 +142,7 @@ async fn a_servers_deadline_answered_as_cancelled_is_a_failure_around_a_channel(
     assert_eq!(breaker.snapshot().counts.failures, 1);
 }
 
-/// The README's order, `tower::timeout` directly inside the breaker: the
+/// The guide's order, `tower::timeout` directly inside the breaker: the
 /// stack's error is `BoxError`, and a generated client still answers a
 /// refusal with UNAVAILABLE and its pushback, not UNKNOWN.
 #[tokio::test]

@@ -99,12 +99,13 @@ async fn the_router_fails_over_unary_calls_and_judges_streams_by_their_trailers(
 }
 
 #[test]
-fn the_readmes_tonic_section_is_the_routers_wiring() {
+fn the_guides_grpc_router_is_the_routers_wiring() {
     let wiring = include_str!("../../examples/grpc_router/router.rs");
+    let page = include_str!("../../src/guide/clients.md");
     let marker = "<!-- the gRPC router's wiring: examples/grpc_router/router.rs -->";
-    let code = crate::model_router::readme_block(marker);
+    let code = crate::model_router::shown_block(page, marker);
     assert_eq!(
         code, wiring,
-        "the README shows grpc_router/router.rs as it is"
+        "the guide's clients page shows grpc_router/router.rs as it is"
     );
 }

@@ -59,12 +59,11 @@ async fn the_breakers_turn_the_outages_into_a_constant_cost() {
     assert_eq!(last.answer, Answer::Streamed, "{last:?}");
 }
 
-/// The README's code block that follows `marker`, a comment naming the
-/// file it shows.
-pub(crate) fn readme_block(marker: &str) -> &'static str {
-    let readme = include_str!("../../README.md");
-    let start = readme.find(marker).expect("the README's section");
-    readme[start..]
+/// The code block of the Markdown page `page` that follows `marker`, a
+/// comment naming the file it shows.
+pub(crate) fn shown_block(page: &'static str, marker: &str) -> &'static str {
+    let start = page.find(marker).expect("the page's section");
+    page[start..]
         .split_once("```rust,ignore\n")
         .and_then(|(_, rest)| rest.split_once("```\n"))
         .map(|(code, _)| code)
@@ -74,6 +73,8 @@ pub(crate) fn readme_block(marker: &str) -> &'static str {
 #[test]
 fn the_readmes_gateway_section_is_the_demos_wiring() {
     let wiring = include_str!("../../examples/router/src/gateway.rs");
-    let code = readme_block("<!-- the model router's wiring: examples/router/src/gateway.rs -->");
+    let readme = include_str!("../../README.md");
+    let marker = "<!-- the model router's wiring: examples/router/src/gateway.rs -->";
+    let code = shown_block(readme, marker);
     assert_eq!(code, wiring, "the README shows src/gateway.rs as it is");
 }
