@@ -25,6 +25,7 @@ mod body;
 mod breaker;
 mod cancelled_failure;
 mod chaos;
+mod doc_links;
 mod failover;
 mod fleet_memory;
 mod fuzz_corpus;
