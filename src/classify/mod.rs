@@ -261,6 +261,11 @@ impl ClassifyEos for Verdict {
 
 /// The default classifier: every `Ok` is a success, every `Err` a failure.
 ///
+/// An answer is an `Ok`, whatever it says: behind this classifier an HTTP
+/// 503, or a gRPC failure inside a `200`, is a success, and the breaker
+/// never opens on them. Give an HTTP client [`HttpClassifier`] (or
+/// `StreamingHttp`) and a gRPC client `GrpcClassifier` or `TonicClassifier`.
+///
 /// ```
 /// use tower_circuit_breaker::classify::{Classify, ErrorsAsFailures, Outcome};
 ///
@@ -287,8 +292,8 @@ impl<T, E> Classify<T, E> for ErrorsAsFailures {
 ///
 /// It looks for tower 0.5's `Elapsed`, the tower this crate is built on: a
 /// timeout from another tower major in the same program is a different
-/// type, and this says `false` for it (see [the crate
-/// docs](crate#versions-it-is-tied-to)).
+/// type, and this says `false` for it (see [the versions this crate is tied
+/// to](crate::guide::limits#versions-it-is-tied-to)).
 ///
 /// ```
 /// use tower::{timeout::error::Elapsed, BoxError};

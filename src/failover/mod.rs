@@ -54,7 +54,13 @@ pub use self::future::ResponseFuture;
 ///   resort either.
 /// * **Requests must be `Clone`**: each call a request reaches is made with
 ///   a clone of it (the original is kept for the next candidate). Make large
-///   bodies cheap to clone (`Bytes`, an `Arc`).
+///   bodies cheap to clone (`Bytes`, an `Arc`). A gRPC `Channel`'s requests
+///   are encoded bodies, which are not: fail over on a service of the
+///   message instead, cloned before tonic encodes it (see the [guide's gRPC
+///   router](crate::guide::clients#a-grpc-router)).
+/// * **Requests are not rewritten**: every candidate gets the same request,
+///   so each candidate's own stack sets what differs between providers (its
+///   address, its model name, its credential), as `map_request` does.
 /// * **The error type is tower's `BoxError`**: a candidate's own error when
 ///   the classifier returns it (ignored, or counted a success), or
 ///   [`Exhausted`] when no candidate answered.

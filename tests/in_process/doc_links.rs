@@ -304,6 +304,55 @@ fn every_relative_link_in_the_docs_resolves() {
     assert!(checked >= 150, "{checked} links found in all");
 }
 
+/// The Rust files under `dir`, its subfolders included.
+fn rust_under(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_under(&path, found);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            found.push(path);
+        }
+    }
+}
+
+#[test]
+fn anchors_from_the_api_docs_into_the_front_page_and_the_guide_resolve() {
+    let root = root();
+    let front_page = front_page_anchors();
+    let mut files = Vec::new();
+    rust_under(&root.join("src"), &mut files);
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in files {
+        let text = read(&file);
+        for line in text.lines() {
+            let doc = line.trim_start();
+            if !(doc.starts_with("///") || doc.starts_with("//!")) {
+                continue;
+            }
+            for dest in destinations(&without_code_spans(doc)) {
+                let problem = if let Some(anchor) = dest.strip_prefix("crate#") {
+                    checked += 1;
+                    (!front_page.contains(anchor))
+                        .then(|| format!("no heading #{anchor} on the front page"))
+                } else if dest.starts_with("crate::guide::") && dest.contains('#') {
+                    checked += 1;
+                    check_intra_doc(&dest)
+                } else {
+                    None
+                };
+                if let Some(problem) = problem {
+                    let name = file.strip_prefix(&root).unwrap_or(&file);
+                    broken.push(format!("{}: ({dest}): {problem}", name.display()));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+    assert!(checked >= 2, "{checked} anchors found in the API docs");
+}
+
 #[test]
 fn every_guide_page_is_part_of_the_guide() {
     let guide = root().join("src/guide");
