@@ -16,11 +16,12 @@
 //! Its error is typed (the inner service's, or [`FloorError::Open`]), so a
 //! refusal allocates nothing, as this crate's rows with `BenchError`.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -227,4 +228,91 @@ fn rejected(caller: Caller, name: &str) -> Scenario {
     expect_refused(&full, &mut floor);
     let check = floor.check(&full, true);
     Scenario::new(caller, name, floor, check)
+}
+
+/// The keyed floor: the least a keyed breaker must do on a call, for the
+/// `floor/keyed/*` rows. A table of floor breakers by key, as a user would
+/// write it (std's `HashMap` with its default hasher, behind an `RwLock`):
+/// `call` hashes the key, reads the table under the lock, takes a reference
+/// to the key's breaker and checks it; the response future records the
+/// outcome there, as [`Floor`]'s does. Every breaker is made beforehand;
+/// nothing is bounded, evicted, remembered between calls or shared with a
+/// parent.
+#[derive(Clone)]
+pub struct KeyedFloor<S, F> {
+    inner: S,
+    table: Arc<RwLock<HashMap<u64, Arc<Shared>>>>,
+    key_of: F,
+}
+
+impl<S, F> KeyedFloor<S, F> {
+    /// A closed floor breaker for each of `keys` keys in front of `inner`,
+    /// call `i` going to the breaker of `key_of(&i)`.
+    pub fn new(inner: S, keys: u64, key_of: F) -> Self {
+        let base = Instant::now();
+        let table = (0..keys)
+            .map(|key| {
+                let shared = Shared {
+                    failures: AtomicU32::new(0),
+                    open_until: AtomicU64::new(0),
+                    base,
+                    threshold: 5,
+                    open_for: COOLDOWN,
+                };
+                (key, Arc::new(shared))
+            })
+            .collect();
+        KeyedFloor {
+            inner,
+            table: Arc::new(RwLock::new(table)),
+            key_of,
+        }
+    }
+
+    /// A check that the table holds `keys` breakers, none refusing.
+    pub fn check(&self, name: &str, keys: u64) -> impl FnMut(&str) + 'static {
+        let table = Arc::clone(&self.table);
+        let name = name.to_string();
+        move |when| {
+            let table = table.read().expect("the floor's table");
+            assert_eq!(table.len() as u64, keys, "{name}: keys {when} a run");
+            assert!(
+                !table.values().any(|shared| shared.refuses_now()),
+                "{name}: a breaker refuses {when} a run"
+            );
+        }
+    }
+}
+
+impl<S, F> Service<u64> for KeyedFloor<S, F>
+where
+    S: Service<u64>,
+    S::Future: Unpin,
+    F: Fn(&u64) -> u64,
+{
+    type Response = S::Response;
+    type Error = FloorError<S::Error>;
+    type Future = FloorFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(FloorError::Inner)
+    }
+
+    fn call(&mut self, req: u64) -> Self::Future {
+        let key = (self.key_of)(&req);
+        let shared = {
+            let table = self.table.read().unwrap_or_else(|p| p.into_inner());
+            match table.get(&key) {
+                Some(shared) => Arc::clone(shared),
+                None => return FloorFuture::Refused,
+            }
+        };
+        if shared.refuses_now() {
+            return FloorFuture::Refused;
+        }
+        FloorFuture::Called {
+            inner: self.inner.call(req),
+            shared,
+        }
+    }
 }

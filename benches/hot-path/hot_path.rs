@@ -86,7 +86,10 @@
 //! Keyed calls as the registry grows (`async/keyed/*`, the `keyed` module):
 //! registries of 10, 1,000 and 100,000 keys, called with four keys the
 //! service remembers (`hot`), every key in turn (`cycled`), and a random
-//! key per call (`random`).
+//! key per call (`random`). `hot` is compared with a single breaker
+//! (`closed/consecutive`); `cycled` and `random` with the keyed floor over
+//! the same keys in the same pattern (`floor/keyed/*`, see
+//! [The floor](#the-floor)).
 //!
 //! For scale, stack-pinned: `reference/load_shed` and `reference/timeout`
 //! (`tower::load_shed` and `tower::timeout` around the same inner service),
@@ -188,6 +191,15 @@
 //! probe limit, no configuration, no events, no cancellation path: a
 //! crate's added cost divided by the floor's says how far from the least
 //! possible that crate is, and what its features cost on the hot path.
+//!
+//! The keyed floor (`floor/keyed/*`) is the least a keyed breaker must do:
+//! std's `HashMap` of floor breakers (its default hasher) behind an
+//! `RwLock`, read on every call, the key's `Arc` cloned into the response
+//! future. Every breaker is made beforehand; it bounds, evicts and
+//! remembers nothing. A lookup among 100,000 keys misses the cache on the
+//! table and on the breaker whatever the breaker does: the floor measures
+//! those misses on the machine that runs the bench, and a keyed row's
+//! added cost divided by the floor's says what the registry adds to them.
 //!
 //! # Driver agreement
 //!

@@ -16,10 +16,18 @@
 //! Keys are `u64`s computed from the request by a function of a few
 //! instructions, so nothing is formatted or hashed by the bench itself
 //! while timed; the registry hashes them as it hashes any key.
+//!
+//! The `cycled` and `random` rows are compared with the keyed floor's
+//! (`floor/keyed/*`, see the `floor` module) over the same keys in the
+//! same pattern: a lookup among many keys misses the cache on the table
+//! and on the breaker whatever the breaker does, and the floor says how
+//! much of a row's cost those misses are on the machine that runs it. The
+//! `hot` rows are compared with a single breaker (`closed/consecutive`).
 
 use tower::Layer;
 use tower_circuit_breaker::registry::{KeyedLayer, Registry};
 
+use crate::floor::KeyedFloor;
 use crate::scenario::{Caller, Scenario};
 use crate::services::{expect_served, inner, registry_of};
 
@@ -34,21 +42,41 @@ pub fn growth() -> Vec<Scenario> {
 /// The three patterns over a registry of `KEYS` keys.
 fn at<const KEYS: u64>(label: &str) -> Vec<Scenario> {
     let registry = registry_of(KEYS);
+    let cycled_floor = format!("floor/keyed/{label}/cycled");
+    let random_floor = format!("floor/keyed/{label}/random");
     vec![
-        row(&registry, KEYS, format!("keyed/{label}/hot"), hot),
+        row(&registry, KEYS, format!("keyed/{label}/hot"), hot).versus("closed/consecutive"),
         row(
             &registry,
             KEYS,
             format!("keyed/{label}/cycled"),
             cycled::<KEYS>,
-        ),
+        )
+        .versus(&cycled_floor),
         row(
             &registry,
             KEYS,
             format!("keyed/{label}/random"),
             random::<KEYS>,
-        ),
+        )
+        .versus(&random_floor),
+        floor_row(KEYS, cycled_floor, cycled::<KEYS>),
+        floor_row(KEYS, random_floor, random::<KEYS>),
     ]
+}
+
+/// The keyed floor over `keys` keys, keying call `i` with `key_of(i)`,
+/// checked to serve a call.
+fn floor_row<F>(keys: u64, name: String, key_of: F) -> Scenario
+where
+    F: Fn(&u64) -> u64 + Clone + 'static,
+{
+    let caller = Caller::Async;
+    let full = format!("{}{name}", caller.prefix());
+    let mut floor = KeyedFloor::new(inner(), keys, key_of);
+    expect_served(&full, &mut floor);
+    let check = floor.check(&full, keys);
+    Scenario::new(caller, &name, floor, check).over("bare")
 }
 
 /// A keyed service over `registry`, keying call `i` with `key_of(i)`,
@@ -70,9 +98,7 @@ where
             "{full}: keys in the registry {when} a run"
         );
     };
-    Scenario::new(caller, &name, svc, check)
-        .over("bare")
-        .versus("closed/consecutive")
+    Scenario::new(caller, &name, svc, check).over("bare")
 }
 
 /// Four keys in turn.
