@@ -137,7 +137,7 @@ impl<S, K, F: Clone, C: Clone, P: Clone> Layer<S> for KeyedLayer<K, F, C, P> {
 /// Readiness is the inner service's: the key comes from the request, so
 /// admission happens in `call` (a half-open permit is taken there, not
 /// reserved by `poll_ready`). A refused call never reaches the inner
-/// service. Its error type is the inner service's, which must via a
+/// service. Its error type is the inner service's, which must hold a
 /// [`CircuitOpen`] and a [`RegistryFull`] (`BoxError` holds both).
 ///
 /// Each clone remembers the breakers of up to [`RECENT_KEYS`] keys it
@@ -218,7 +218,7 @@ struct Slot<K> {
 }
 
 /// A remembered key: this clone's own handles on its breakers. They do not
-/// via the breakers in the registry: it may evict them, and the clone then
+/// hold the breakers in the registry: it may evict them, and the clone then
 /// forgets them at its next call with the key.
 struct Remembered<K> {
     key: K,
@@ -356,7 +356,7 @@ impl Via {
     }
 }
 
-/// A breaker looked up for one call: a handle that does not via it in the
+/// A breaker looked up for one call: a handle that does not hold it in the
 /// registry (evicted while the call is in flight, the outcome goes to the
 /// key's breaker then), so that calls in flight never fill the registry.
 pub(super) struct LookedUp(Breaker);
