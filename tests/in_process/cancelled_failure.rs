@@ -1,7 +1,8 @@
 //! A call its caller drops after waiting long enough counts as a failure
 //! (opt-in, `cancelled_failure_after`), through a single breaker, a keyed
-//! one, a streamed body and `Breaker::run`: a timeout outside the breaker
-//! is then not invisible. Paused time.
+//! one, a streamed body, `Breaker::run` and a `CallPermit` dropped
+//! unrecorded: a timeout outside the breaker is then not invisible. Paused
+//! time.
 
 use std::time::Duration;
 
@@ -120,6 +121,40 @@ async fn a_run_given_up_after_the_limit_is_a_failure() {
     let run = breaker.run(|| hold(1));
     assert!(tokio::time::timeout(5 * SECOND, run).await.is_err());
     assert_eq!(breaker.snapshot().counts.failures, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_permit_dropped_after_the_limit_is_a_failure() {
+    let breaker = Breaker::new(
+        config()
+            .cancelled_failure_after(Some(3 * SECOND))
+            .build()
+            .unwrap(),
+    );
+    let permit = breaker.try_acquire().expect("closed");
+    tokio::time::advance(5 * SECOND).await;
+    drop(permit);
+    let snap = breaker.snapshot();
+    assert_eq!((snap.counts.failures, snap.counts.cancelled), (1, 0));
+    assert_eq!(snap.state, State::Open, "one abandoned call trips it");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_permit_dropped_sooner_is_a_cancellation() {
+    let breaker = Breaker::new(
+        config()
+            .cancelled_failure_after(Some(10 * SECOND))
+            .build()
+            .unwrap(),
+    );
+    let permit = breaker.try_acquire().expect("closed");
+    tokio::time::advance(5 * SECOND).await;
+    drop(permit);
+    let snap = breaker.snapshot();
+    assert_eq!(
+        (snap.counts.failures, snap.counts.cancelled, snap.state),
+        (0, 1, State::Closed)
+    );
 }
 
 #[test]
