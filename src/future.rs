@@ -12,7 +12,7 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
-use crate::breaker::admission::{cancel_unrecorded, record, Admission, Permit, Record};
+use crate::breaker::admission::{Admission, Record};
 use crate::breaker::shared::Shared;
 use crate::classify::{Classified, Classify, Outcome, Verdict};
 use crate::config::LatencyTo;
@@ -50,11 +50,13 @@ impl<C> Via<C> {
 }
 
 /// An admitted call whose outcome is not recorded yet: the breaker it was
-/// admitted by, the generation that admitted it (a probe's: the half-open
-/// one) and a probe's permit, what its outcome feeds, and when it started
-/// if its latency counts. Dropped unrecorded, it counts as cancelled (or,
-/// once it has waited the config's `cancelled_failure_after`, as a
-/// failure), and a probe's permit goes back.
+/// admitted by, its [`Admission`], and when it started if its latency
+/// counts. Dropped unrecorded, it counts as cancelled (or, once it has
+/// waited the config's `cancelled_failure_after`, as a failure), and a
+/// probe's permit goes back.
+///
+/// Made of whole words and an instant, as a [`CircuitOpen`] is, so that
+/// moving a response future that may hold either copies it word by word.
 #[repr(C)]
 pub(crate) struct Call<C> {
     // Dropped by hand in `drop`, as the permit is taken there: a call
@@ -62,45 +64,7 @@ pub(crate) struct Call<C> {
     // for the optimiser to leave out of line.
     via: ManuallyDrop<Via<C>>,
     start: Option<Instant>,
-    // Boxed: probes are rare, and every call moves its future.
-    permit: ManuallyDrop<Option<Box<Permit>>>,
-    meta: Meta,
-}
-
-/// A [`Call`]'s generation (the low half) and what its outcome feeds (the
-/// high half) in one word: with the rest of the call made of words and an
-/// instant, as a [`CircuitOpen`] is, moving a response future that may
-/// hold either copies it word by word, never byte by byte.
-#[derive(Clone, Copy)]
-struct Meta(u64);
-
-impl Meta {
-    #[inline(always)]
-    fn new(generation: u32, record: Record) -> Self {
-        Meta(u64::from(generation) | (record as u64) << 32)
-    }
-
-    #[inline(always)]
-    fn generation(self) -> u32 {
-        self.0 as u32
-    }
-
-    #[inline(always)]
-    fn record(self) -> Record {
-        match self.0 >> 32 {
-            0 => Record::Policy,
-            1 => Record::CountOnly,
-            _ => Record::Nothing,
-        }
-    }
-
-    /// What the outcome feeds, leaving `Nothing` in its place.
-    #[inline(always)]
-    fn take_record(&mut self) -> Record {
-        let what = self.record();
-        *self = Meta::new(self.generation(), Record::Nothing);
-        what
-    }
+    admission: ManuallyDrop<Admission>,
 }
 
 impl<C> Call<C> {
@@ -109,45 +73,27 @@ impl<C> Call<C> {
         Call {
             via: ManuallyDrop::new(via),
             start,
-            permit: ManuallyDrop::new(admission.permit),
-            meta: Meta::new(admission.generation, admission.record),
+            admission: ManuallyDrop::new(admission),
         }
     }
 
     /// Whether a verdict is still wanted (not disabled, not yet recorded).
     #[inline(always)]
     fn is_recording(&self) -> bool {
-        self.meta.record() != Record::Nothing
+        self.admission.feeds() != Record::Nothing
     }
 
     /// Records `verdict`, once.
     #[inline(always)]
     fn record(&mut self, verdict: Verdict) {
-        let Some(count_only) = self.meta.take_record().take() else {
-            return;
-        };
-        record(
-            self.via.shared(),
-            self.meta.generation(),
-            &mut self.permit,
-            verdict,
-            self.start,
-            count_only,
-        );
+        self.admission
+            .record(self.via.shared(), verdict, self.start);
     }
 
     /// Hands the recording on: the returned obligation records later, and
     /// counts the call as cancelled if dropped before it does.
     fn defer(&mut self) -> Option<Obligation> {
-        let what = self.meta.take_record();
-        if what == Record::Nothing {
-            return None;
-        }
-        let admission = Admission {
-            generation: self.meta.generation(),
-            permit: self.permit.take(),
-            record: what,
-        };
+        let admission = self.admission.hand_on()?;
         Some(Obligation::one(Pending::new(
             Arc::clone(self.via.shared()),
             false,
@@ -160,21 +106,11 @@ impl<C> Call<C> {
 impl<C> Drop for Call<C> {
     #[inline(always)]
     fn drop(&mut self) {
-        // Recorded (every call that completed): nothing to do here. What
-        // goes out of line goes by value.
-        if self.meta.record() != Record::Nothing || self.permit.is_some() {
-            let what = self.meta.take_record();
-            cancel_unrecorded(
-                self.via.shared(),
-                self.meta.generation(),
-                self.permit.take(),
-                what,
-                self.start,
-            );
-        }
+        // Recorded (every call that completed): nothing to do here.
+        self.admission.cancel(self.via.shared(), self.start);
         // The permit, if there was one, went with the cancellation above:
-        // nothing is left in it to drop.
-        debug_assert!(self.permit.is_none());
+        // nothing is left in the admission to drop.
+        debug_assert!(!self.admission.is_probe());
         // SAFETY: `via` is dropped here, once, as its `Call` goes, and
         // nothing reads it after.
         unsafe { ManuallyDrop::drop(&mut self.via) }
@@ -407,7 +343,7 @@ impl Pending {
     }
 
     fn settle(&mut self, verdict: Verdict) {
-        if self.admission.record == Record::Nothing {
+        if self.admission.feeds() == Record::Nothing {
             return;
         }
         // A latency taken earlier stands: the call is recorded now with

@@ -278,8 +278,8 @@ impl std::fmt::Debug for CallPermit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallPermit")
             .field("breaker", self.shared.name())
-            .field("generation", &self.admission.generation)
-            .field("probe", &self.admission.permit.is_some())
+            .field("generation", &self.admission.generation())
+            .field("probe", &self.admission.is_probe())
             .finish()
     }
 }

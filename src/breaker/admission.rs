@@ -161,8 +161,25 @@ pub(crate) struct Refused {
 /// just ended) is a refusal. A call shadow mode lets through is counted in
 /// `counts` as the refusal a real breaker would have made (its admission
 /// is counted by the caller, as every admission is).
-#[inline]
+///
+/// The closed case is settled inline, in the caller; the others out of
+/// line, so that a closed call's admission is built where the caller keeps
+/// it rather than returned through memory.
+#[inline(always)]
 pub(crate) fn settle(
+    decision: Decision,
+    shared: &Arc<Shared>,
+    counts: CountIn<'_>,
+) -> Result<Admission, Refused> {
+    match decision {
+        Decision::Closed(generation) => Ok(Admission::closed(generation)),
+        decision => settle_not_closed(decision, shared, counts),
+    }
+}
+
+/// [`settle`] for a breaker that is not closed.
+#[inline(never)]
+fn settle_not_closed(
     decision: Decision,
     shared: &Arc<Shared>,
     counts: CountIn<'_>,
@@ -188,11 +205,7 @@ pub(crate) fn settle(
             } else {
                 Record::Nothing
             };
-            Ok(Admission {
-                generation: shared.load().generation(),
-                permit: None,
-                record,
-            })
+            Ok(Admission::new(shared.load().generation(), None, record))
         }
         Decision::Refuse {
             retry_at, state, ..
@@ -232,30 +245,76 @@ impl Record {
 /// obligation, a call permit, a keyed leg) holds one, records through
 /// [`Admission::record`] and, dropped first, cancels through
 /// [`Admission::cancel`].
+///
+/// The generation (the low half) and what the outcome feeds (the high
+/// half) share one word, so that the admission is two whole words: built
+/// and moved word by word, never written in narrow parts and read back
+/// whole (which stalls the load behind the stores).
 pub(crate) struct Admission {
-    pub(crate) generation: u32,
-    pub(crate) permit: Option<Box<Permit>>,
-    pub(crate) record: Record,
+    /// A probe's permit; boxed, as probes are rare and every call moves
+    /// its admission.
+    permit: Option<Box<Permit>>,
+    meta: u64,
 }
 
 impl Admission {
+    #[inline(always)]
+    fn new(generation: u32, permit: Option<Box<Permit>>, record: Record) -> Self {
+        Admission {
+            permit,
+            meta: u64::from(generation) | (record as u64) << 32,
+        }
+    }
+
     /// A call admitted closed in `generation`, its outcome for the policy.
     #[inline(always)]
     pub(crate) fn closed(generation: u32) -> Self {
-        Admission {
-            generation,
-            permit: None,
-            record: Record::Policy,
-        }
+        Admission::new(generation, None, Record::Policy)
     }
 
     /// A probe, begun: its outcome goes to `permit`.
     #[inline]
     pub(crate) fn probe(permit: Permit) -> Self {
-        Admission {
-            generation: permit.generation(),
-            permit: Some(Box::new(permit)),
-            record: Record::Policy,
+        Admission::new(permit.generation(), Some(Box::new(permit)), Record::Policy)
+    }
+
+    /// The generation its outcome counts in.
+    #[inline(always)]
+    pub(crate) fn generation(&self) -> u32 {
+        self.meta as u32
+    }
+
+    /// What its outcome feeds; `Nothing` once recorded.
+    #[inline(always)]
+    pub(crate) fn feeds(&self) -> Record {
+        match self.meta >> 32 {
+            0 => Record::Policy,
+            1 => Record::CountOnly,
+            _ => Record::Nothing,
+        }
+    }
+
+    /// Whether it is a probe's.
+    pub(crate) fn is_probe(&self) -> bool {
+        self.permit.is_some()
+    }
+
+    /// What its outcome feeds, leaving `Nothing` for any later outcome.
+    #[inline(always)]
+    fn take_feeds(&mut self) -> Record {
+        let feeds = self.feeds();
+        self.meta = u64::from(self.generation()) | (Record::Nothing as u64) << 32;
+        feeds
+    }
+
+    /// Hands the outcome on to a new admission (a streamed body's, which
+    /// records at the end of the stream), leaving this one recorded;
+    /// `None` if there is nothing left to record.
+    #[inline]
+    pub(crate) fn hand_on(&mut self) -> Option<Admission> {
+        match self.take_feeds() {
+            Record::Nothing => None,
+            feeds => Some(Admission::new(self.generation(), self.permit.take(), feeds)),
         }
     }
 
@@ -263,10 +322,10 @@ impl Admission {
     /// later verdicts feed nothing.
     #[inline(always)]
     pub(crate) fn record(&mut self, shared: &Shared, verdict: Verdict, start: Option<Instant>) {
-        if let Some(count_only) = self.record.take() {
+        if let Some(count_only) = self.take_feeds().take() {
             record(
                 shared,
-                self.generation,
+                self.generation(),
                 &mut self.permit,
                 verdict,
                 start,
@@ -281,16 +340,17 @@ impl Admission {
     /// neither way, or, once it has waited the config's
     /// `cancelled_failure_after`, a failure (a probe's, a failed probe). A
     /// cancelled probe gave no evidence: the breaker opens again for the
-    /// period it just had, neither longer nor at once.
-    #[inline]
+    /// period it just had, neither longer nor at once. A permit left after
+    /// a recorded outcome goes back.
+    #[inline(always)]
     pub(crate) fn cancel(&mut self, shared: &Shared, start: Option<Instant>) {
         // Checked here, inline: a call whose outcome was recorded (every
         // call that completed) drops without a call out of line. What goes
         // out of line goes by value, so that the call's fields stay where
         // the caller's optimiser put them.
-        if self.record != Record::Nothing {
-            let what = std::mem::replace(&mut self.record, Record::Nothing);
-            cancel_unrecorded(shared, self.generation, self.permit.take(), what, start);
+        if self.feeds() != Record::Nothing || self.permit.is_some() {
+            let what = self.take_feeds();
+            cancel_unrecorded(shared, self.generation(), self.permit.take(), what, start);
         }
     }
 }
@@ -299,7 +359,7 @@ impl Admission {
 /// (`what`), or recorded with a permit left to give back.
 #[cold]
 #[inline(never)]
-pub(crate) fn cancel_unrecorded(
+fn cancel_unrecorded(
     shared: &Shared,
     generation: u32,
     permit: Option<Box<Permit>>,
@@ -330,7 +390,7 @@ pub(crate) fn cancel_unrecorded(
 /// Records a call's verdict: in the closed generation that admitted it, or
 /// as a probe through its permit, which it takes.
 #[inline(always)]
-pub(crate) fn record(
+fn record(
     shared: &Shared,
     generation: u32,
     permit: &mut Option<Box<Permit>>,

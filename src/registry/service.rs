@@ -15,7 +15,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::{AcquireError, HoldsKeyedRefusals, Registry, RegistryFull};
-use crate::breaker::admission::{settle, Admission, CountIn, Record, Refused};
+use crate::breaker::admission::{settle, Admission, CountIn, Refused};
 use crate::breaker::shared::Shared;
 use crate::breaker::Breaker;
 use crate::classify::{Classified, Classify, ErrorsAsFailures, Outcome, Verdict};
@@ -411,16 +411,9 @@ impl Leg {
     /// Hands the recording on to a streamed body's obligation: `None` if
     /// nothing is left to record.
     fn defer(&mut self, start: Option<Instant>) -> Option<Pending> {
-        if self.admission.record == Record::Nothing {
-            return None;
-        }
+        let admission = self.admission.hand_on()?;
         let shared = Arc::clone(self.via.shared());
         shared.note_internal_handle(true);
-        let admission = Admission {
-            generation: self.admission.generation,
-            permit: self.admission.permit.take(),
-            record: std::mem::replace(&mut self.admission.record, Record::Nothing),
-        };
         Some(Pending::new(shared, true, admission, start))
     }
 
