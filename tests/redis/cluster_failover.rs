@@ -99,17 +99,31 @@ async fn promoted(port: u16) -> Instant {
     Instant::now()
 }
 
+/// How an opening reaches the other instances.
+#[derive(Clone, Copy, PartialEq)]
+enum Heard {
+    /// By the opener's message, well within the refresh interval.
+    ByMessage,
+    /// By the message, or by the next refresh: just after a promotion an
+    /// instance's subscriber may not have subscribed to the promoted node
+    /// yet (it tries again each quarter interval), and a message published
+    /// before then reaches only the refresh. Within four intervals (two
+    /// seconds here): a refresh or two, on a machine that may be loaded.
+    ByMessageOrRefresh,
+}
+
 /// One failure of `name` on each of the instances `by`: the fleet's count
 /// (two, the threshold) opens it on every instance. Each instance is
 /// watched from the second failure on, as a breaker that saw the opening
 /// may be half open again by the time the last one does. Every instance
-/// hears it from the opener's message, within the refresh interval;
-/// returns how long after the second failure the last one saw it open.
+/// learns of it as `heard` says; returns how long after the second failure
+/// the last one saw it open.
 async fn open_fleet_wide(
     fleet: &[Instance],
     by: [usize; 2],
     name: &str,
     upstream: &Upstream<()>,
+    heard_as: Heard,
 ) -> Duration {
     let heard: Vec<u64> = fleet.iter().map(|i| i.store.stats().messages).collect();
     for instance in by.map(|i| &fleet[i]) {
@@ -136,11 +150,18 @@ async fn open_fleet_wide(
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let lag = failed.elapsed();
-    // Told by the opener's message, not found by a refresh.
-    for (instance, before) in fleet.iter().zip(heard) {
-        assert!(instance.store.stats().messages > before, "no message heard");
+    match heard_as {
+        Heard::ByMessage => {
+            // Told by the opener's message, not found by a refresh.
+            for (instance, before) in fleet.iter().zip(heard) {
+                assert!(instance.store.stats().messages > before, "no message heard");
+            }
+            assert!(lag < Duration::from_millis(500), "seen open after {lag:?}");
+        }
+        Heard::ByMessageOrRefresh => {
+            assert!(lag < Duration::from_secs(2), "seen open after {lag:?}");
+        }
     }
-    assert!(lag < Duration::from_millis(500), "seen open after {lag:?}");
     lag
 }
 
@@ -183,7 +204,7 @@ async fn a_dead_master_cuts_off_only_its_shards_which_share_again_after_the_prom
 
     // A name on a surviving master keeps its shared count...
     let upstream = Upstream::failing();
-    open_fleet_wide(&fleet, [0, 1], &alive, &upstream).await;
+    open_fleet_wide(&fleet, [0, 1], &alive, &upstream, Heard::ByMessage).await;
     // ...and its one prober: every instance calls it all along for 3 s,
     // over six open periods of 500 ms.
     let before = upstream.calls();
@@ -237,7 +258,7 @@ async fn a_dead_master_cuts_off_only_its_shards_which_share_again_after_the_prom
     assert!(rejoined < Duration::from_secs(3), "{rejoined:?}");
     // Shared again: one failure on each of two instances opens it for all.
     let again = Upstream::failing();
-    let pushed = open_fleet_wide(&fleet, [2, 3], &dead, &again).await;
+    let pushed = open_fleet_wide(&fleet, [2, 3], &dead, &again, Heard::ByMessageOrRefresh).await;
 
     for (instance, log) in fleet.iter().zip(&logs) {
         let stats = instance.store.stats();
@@ -333,7 +354,14 @@ async fn a_killed_masters_replica_is_used_soon_after_redis_promotes_it_and_the_r
         "the surviving name stopped being shared"
     );
     // Shared again: a fleet-wide opening of the name that was cut off.
-    let pushed = open_fleet_wide(&fleet, [0, 1], &dead, &Upstream::failing()).await;
+    let pushed = open_fleet_wide(
+        &fleet,
+        [0, 1],
+        &dead,
+        &Upstream::failing(),
+        Heard::ByMessageOrRefresh,
+    )
+    .await;
     for instance in fleet.iter() {
         assert_eq!(instance.store.stats().unavailable_episodes, 0);
     }
@@ -360,7 +388,14 @@ async fn a_failover_under_traffic_answers_every_request_and_keeps_the_fleets_ope
     synced(&fleet, &names).await;
     let fleet = Arc::new(fleet);
     // An opening on the master about to hand over, 30 s long.
-    open_fleet_wide(&fleet, [0, 1], &held, &Upstream::failing()).await;
+    open_fleet_wide(
+        &fleet,
+        [0, 1],
+        &held,
+        &Upstream::failing(),
+        Heard::ByMessage,
+    )
+    .await;
 
     // Every instance calls both names all along: the open one is refused,
     // the other answered; a call not answered within 2 s is lost.
