@@ -145,17 +145,7 @@ where
     }
 
     fn call(&mut self, req: u64) -> Self::Future {
-        let shared = &self.shared;
-        // The clock only when the count says the breaker may be open.
-        if shared.failures.load(Relaxed) >= shared.threshold
-            && shared.now() < shared.open_until.load(Relaxed)
-        {
-            return FloorFuture::Refused;
-        }
-        FloorFuture::Called {
-            inner: self.inner.call(req),
-            shared: Arc::clone(shared),
-        }
+        FloorFuture::admit(&self.shared, || self.inner.call(req))
     }
 }
 
@@ -168,6 +158,20 @@ where
 pub enum FloorFuture<F> {
     Called { inner: F, shared: Arc<Shared> },
     Refused,
+}
+
+impl<F> FloorFuture<F> {
+    /// A call through the floor breaker `shared`: refused while it is open
+    /// (the clock read only when the count says it may be), else `call`ed.
+    fn admit(shared: &Arc<Shared>, call: impl FnOnce() -> F) -> Self {
+        if shared.refuses_now() {
+            return FloorFuture::Refused;
+        }
+        FloorFuture::Called {
+            inner: call(),
+            shared: Arc::clone(shared),
+        }
+    }
 }
 
 impl<F, T, E> Future for FloorFuture<F>
@@ -307,12 +311,6 @@ where
                 None => return FloorFuture::Refused,
             }
         };
-        if shared.refuses_now() {
-            return FloorFuture::Refused;
-        }
-        FloorFuture::Called {
-            inner: self.inner.call(req),
-            shared,
-        }
+        FloorFuture::admit(&shared, || self.inner.call(req))
     }
 }

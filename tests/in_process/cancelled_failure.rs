@@ -16,6 +16,16 @@ fn config() -> ConfigBuilder {
     crate::common::one_failure_opens("provider")
 }
 
+/// A breaker whose calls given up after `limit` count as failures.
+fn failing_after(limit: Duration) -> Breaker {
+    Breaker::new(
+        config()
+            .cancelled_failure_after(Some(limit))
+            .build()
+            .unwrap(),
+    )
+}
+
 /// A provider that holds every request.
 async fn hold(_: u32) -> Result<u32, BoxError> {
     std::future::pending().await
@@ -30,12 +40,7 @@ async fn give_up_after(breaker: &Breaker, patience: Duration) {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_given_up_after_the_limit_is_a_failure() {
-    let breaker = Breaker::new(
-        config()
-            .cancelled_failure_after(Some(3 * SECOND))
-            .build()
-            .unwrap(),
-    );
+    let breaker = failing_after(3 * SECOND);
     give_up_after(&breaker, 5 * SECOND).await;
     let snap = breaker.snapshot();
     assert_eq!((snap.counts.failures, snap.counts.cancelled), (1, 0));
@@ -44,12 +49,7 @@ async fn a_call_given_up_after_the_limit_is_a_failure() {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_given_up_sooner_is_a_cancellation() {
-    let breaker = Breaker::new(
-        config()
-            .cancelled_failure_after(Some(10 * SECOND))
-            .build()
-            .unwrap(),
-    );
+    let breaker = failing_after(10 * SECOND);
     give_up_after(&breaker, 5 * SECOND).await;
     let snap = breaker.snapshot();
     assert_eq!(
@@ -68,12 +68,7 @@ async fn by_default_a_call_given_up_is_a_cancellation_however_long_it_waited() {
 
 #[tokio::test(start_paused = true)]
 async fn a_probe_given_up_after_the_limit_is_a_failed_probe() {
-    let breaker = Breaker::new(
-        config()
-            .cancelled_failure_after(Some(3 * SECOND))
-            .build()
-            .unwrap(),
-    );
+    let breaker = failing_after(3 * SECOND);
     breaker.force_open(Some(SECOND));
     tokio::time::advance(SECOND).await;
     give_up_after(&breaker, 5 * SECOND).await;
@@ -112,12 +107,7 @@ async fn a_keyed_call_given_up_after_the_limit_fails_in_its_key_and_parent() {
 
 #[tokio::test(start_paused = true)]
 async fn a_run_given_up_after_the_limit_is_a_failure() {
-    let breaker = Breaker::new(
-        config()
-            .cancelled_failure_after(Some(3 * SECOND))
-            .build()
-            .unwrap(),
-    );
+    let breaker = failing_after(3 * SECOND);
     let run = breaker.run(|| hold(1));
     assert!(tokio::time::timeout(5 * SECOND, run).await.is_err());
     assert_eq!(breaker.snapshot().counts.failures, 1);
@@ -125,12 +115,7 @@ async fn a_run_given_up_after_the_limit_is_a_failure() {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_permit_dropped_after_the_limit_is_a_failure() {
-    let breaker = Breaker::new(
-        config()
-            .cancelled_failure_after(Some(3 * SECOND))
-            .build()
-            .unwrap(),
-    );
+    let breaker = failing_after(3 * SECOND);
     let permit = breaker.try_acquire().expect("closed");
     tokio::time::advance(5 * SECOND).await;
     drop(permit);
@@ -141,12 +126,7 @@ async fn a_call_permit_dropped_after_the_limit_is_a_failure() {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_permit_dropped_sooner_is_a_cancellation() {
-    let breaker = Breaker::new(
-        config()
-            .cancelled_failure_after(Some(10 * SECOND))
-            .build()
-            .unwrap(),
-    );
+    let breaker = failing_after(10 * SECOND);
     let permit = breaker.try_acquire().expect("closed");
     tokio::time::advance(5 * SECOND).await;
     drop(permit);
