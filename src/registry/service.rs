@@ -65,6 +65,12 @@ impl<K, F: Clone, C: Clone, P: Clone> Clone for KeyedLayer<K, F, C, P> {
 
 impl<K, F> KeyedLayer<K, F> {
     /// A layer over `registry`, keying requests with `key_of`.
+    ///
+    /// A key names its breaker in metric labels, transitions, refusals
+    /// and, with a fleet store, Redis keys: a `key_of` of your own must keep
+    /// credentials out of it, as the ready-made extractors
+    /// ([`authority`](super::authority), [`header`](super::header)) do. The
+    /// crate cannot tell a secret in a key you built.
     pub fn new(registry: Registry<K>, key_of: F) -> Self {
         KeyedLayer {
             registry,

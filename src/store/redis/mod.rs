@@ -201,6 +201,16 @@
 //! (`benches/fleet/README.md` in the repository), which says how to
 //! measure them again on your own Redis.
 //!
+//! # Releases in one fleet
+//!
+//! Every instance of a fleet must run a release of this crate with the same
+//! Redis key layout: instances whose layouts differ do not share breakers
+//! (each reads and writes keys the others do not), and an older release
+//! counts the index fields a newer one adds as key errors. The CHANGELOG
+//! says when the layout changes; roll such a change out as a new fleet
+//! (another key prefix, [`RedisStoreBuilder::prefix`]) rather than instance
+//! by instance.
+//!
 //! # Why redis-rs
 //!
 //! Built on [redis-rs](https://docs.rs/redis) (the `redis` crate) rather
