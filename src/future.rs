@@ -64,6 +64,9 @@ pub(crate) struct Call<C> {
     // for the optimiser to leave out of line.
     via: ManuallyDrop<Via<C>>,
     start: Option<Instant>,
+    // Never dropped: `drop` cancels it, which takes its permit, and what
+    // is left is a word. Should `Admission` gain a field that needs
+    // dropping, `drop` must drop it here.
     admission: ManuallyDrop<Admission>,
 }
 
@@ -110,7 +113,7 @@ impl<C> Drop for Call<C> {
         self.admission.cancel(self.via.shared(), self.start);
         // The permit, if there was one, went with the cancellation above:
         // nothing is left in the admission to drop.
-        debug_assert!(!self.admission.is_probe());
+        debug_assert!(!self.admission.holds_permit());
         // SAFETY: `via` is dropped here, once, as its `Call` goes, and
         // nothing reads it after.
         unsafe { ManuallyDrop::drop(&mut self.via) }
@@ -358,9 +361,10 @@ impl Pending {
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        // The caller walked away before the end: says nothing of the
-        // upstream's health. A cancellation; the permit goes back as the
-        // field drops.
+        // The caller walked away before the end (unless it was recorded):
+        // a cancellation, which says nothing of the upstream's health, or
+        // a failure once the call waited `cancelled_failure_after`; a
+        // probe's permit goes with it.
         self.admission.cancel(&self.shared, self.start);
         if self.internal {
             self.shared.note_internal_handle(false);

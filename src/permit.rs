@@ -13,12 +13,13 @@
 //!    [`failure`](CallPermit::failure), [`ignore`](CallPermit::ignore), or a
 //!    [`Verdict`] with a retry-after hint ([`finish`](CallPermit::finish)).
 //!    Dropped unrecorded (the call was abandoned, or a panic unwound past
-//!    it), the call counts as cancelled, as a response future dropped
-//!    before its answer does; a probe so dropped opens the breaker again
-//!    for the period it just had (neither doubled nor skipped: a probe that
-//!    said nothing is no reason to wait longer, nor to probe again at
-//!    once). To give an unused probe permit back, record it as
-//!    [`ignore`](CallPermit::ignore).
+//!    it), the call counts as cancelled however long the permit was held
+//!    (`cancelled_failure_after` judges calls through services, whose
+//!    start the breaker sees, not permits); a probe so dropped opens the
+//!    breaker again for the period it just had (neither doubled nor
+//!    skipped: a probe that said nothing is no reason to wait longer, nor
+//!    to probe again at once). To give an unused probe permit back, record
+//!    it as [`ignore`](CallPermit::ignore).
 //!
 //! [`Breaker::run`] and [`Breaker::run_with`] do both around an async block,
 //! classifying its result like a service's (a panic in it is a failure,
@@ -267,10 +268,12 @@ impl CallPermit {
 impl Drop for CallPermit {
     fn drop(&mut self) {
         // Never recorded: the call was abandoned, or a panic unwound past
-        // the permit. A cancellation, as a response future dropped
-        // unfinished is (a failure once it waited `cancelled_failure_after`);
-        // a probe so ended reopens the breaker for the same period.
-        self.admission.cancel(&self.shared, self.start);
+        // the permit. A permit's holder says how the call went, and may
+        // hold it long before calling: one dropped unsaid is a
+        // cancellation however long it was held (`cancelled_failure_after`
+        // does not apply), and a probe so ended reopens the breaker for
+        // the same period.
+        self.admission.cancel(&self.shared, None);
     }
 }
 
@@ -279,7 +282,7 @@ impl std::fmt::Debug for CallPermit {
         f.debug_struct("CallPermit")
             .field("breaker", self.shared.name())
             .field("generation", &self.admission.generation())
-            .field("probe", &self.admission.is_probe())
+            .field("probe", &self.admission.holds_permit())
             .finish()
     }
 }

@@ -2,8 +2,8 @@
 //! breaker says about one call ([`Decision`]), the half-open probe permit
 //! that makes readiness a reservation ([`Permit`]), the decision settled at
 //! `call` into an admitted call or a refusal ([`settle`]), and the admitted
-//! call itself ([`Admission`]), which records its outcome once or, dropped
-//! first, counts a cancellation.
+//! call itself ([`Admission`]), which records its outcome once or, when its
+//! holder is dropped first, counts a cancellation.
 //!
 //! Every holder of an admitted call (a response future, a streamed body's
 //! obligation, a call permit, a keyed leg) goes through [`Admission`]'s
@@ -162,9 +162,10 @@ pub(crate) struct Refused {
 /// `counts` as the refusal a real breaker would have made (its admission
 /// is counted by the caller, as every admission is).
 ///
-/// The closed case is settled inline, in the caller; the others out of
-/// line, so that a closed call's admission is built where the caller keeps
-/// it rather than returned through memory.
+/// The closed case is settled inline, in the caller (a keyed leg, a call
+/// permit; the service's closed path asks nothing of `settle`); the others
+/// out of line, so that a closed call's admission is built where the
+/// caller keeps it rather than returned through memory.
 #[inline(always)]
 pub(crate) fn settle(
     decision: Decision,
@@ -173,18 +174,19 @@ pub(crate) fn settle(
 ) -> Result<Admission, Refused> {
     match decision {
         Decision::Closed(generation) => Ok(Admission::closed(generation)),
-        decision => settle_not_closed(decision, shared, counts),
+        decision => settle_past_closed(decision, shared, counts),
     }
 }
 
-/// [`settle`] for a breaker that is not closed.
+/// [`settle`] past the closed case.
 #[inline(never)]
-fn settle_not_closed(
+fn settle_past_closed(
     decision: Decision,
     shared: &Arc<Shared>,
     counts: CountIn<'_>,
 ) -> Result<Admission, Refused> {
     match decision {
+        // Settled inline by `settle`; kept so that the match says every case.
         Decision::Closed(generation) => Ok(Admission::closed(generation)),
         Decision::Probe(permit) if permit.begin() => Ok(Admission::probe(permit)),
         Decision::Probe(_) => Err(Refused {
@@ -220,7 +222,8 @@ pub(crate) enum Record {
     Policy = 0,
     /// Only the breaker's counts (held closed by an operator).
     CountOnly = 1,
-    /// Nothing: disabled, passed by shadow mode, or already recorded.
+    /// Nothing: disabled, passed by shadow mode, or already recorded (or
+    /// handed on to a streamed body, which records it).
     Nothing = 2,
 }
 
@@ -294,8 +297,9 @@ impl Admission {
         }
     }
 
-    /// Whether it is a probe's.
-    pub(crate) fn is_probe(&self) -> bool {
+    /// Whether it still holds a probe's permit (a probe's admission gives
+    /// it up as it records, cancels or hands on).
+    pub(crate) fn holds_permit(&self) -> bool {
         self.permit.is_some()
     }
 

@@ -1,8 +1,8 @@
 //! A call its caller drops after waiting long enough counts as a failure
 //! (opt-in, `cancelled_failure_after`), through a single breaker, a keyed
-//! one, a streamed body, `Breaker::run` and a `CallPermit` dropped
-//! unrecorded: a timeout outside the breaker is then not invisible. Paused
-//! time.
+//! one, a streamed body and `Breaker::run`: a timeout outside the breaker
+//! is then not invisible. A permit of the two-step form dropped unrecorded
+//! stays a cancellation, however long it was held. Paused time.
 
 use std::time::Duration;
 
@@ -114,27 +114,53 @@ async fn a_run_given_up_after_the_limit_is_a_failure() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_call_permit_dropped_after_the_limit_is_a_failure() {
+async fn a_call_permit_dropped_unrecorded_is_a_cancellation_however_long_it_was_held() {
     let breaker = failing_after(3 * SECOND);
     let permit = breaker.try_acquire().expect("closed");
-    tokio::time::advance(5 * SECOND).await;
-    drop(permit);
-    let snap = breaker.snapshot();
-    assert_eq!((snap.counts.failures, snap.counts.cancelled), (1, 0));
-    assert_eq!(snap.state, State::Open, "one abandoned call trips it");
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_call_permit_dropped_sooner_is_a_cancellation() {
-    let breaker = failing_after(10 * SECOND);
-    let permit = breaker.try_acquire().expect("closed");
-    tokio::time::advance(5 * SECOND).await;
+    tokio::time::advance(60 * SECOND).await;
     drop(permit);
     let snap = breaker.snapshot();
     assert_eq!(
         (snap.counts.failures, snap.counts.cancelled, snap.state),
         (0, 1, State::Closed)
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_permit_dropped_unrecorded_is_a_cancelled_probe_however_long_it_was_held() {
+    let breaker = failing_after(3 * SECOND);
+    breaker.force_open(Some(SECOND));
+    tokio::time::advance(SECOND).await;
+    let probe = breaker.try_acquire().expect("half-open: a probe");
+    // Past `cancelled_failure_after`, within the probe timeout (60 s).
+    tokio::time::advance(10 * SECOND).await;
+    drop(probe);
+    let snap = breaker.snapshot();
+    assert_eq!(
+        (
+            snap.state,
+            snap.probes_in_flight,
+            snap.counts.failures,
+            snap.counts.cancelled
+        ),
+        (State::Open, 0, 0, 1),
+        "a probe that said nothing is a cancelled probe, not a failed one"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_permit_dropped_unrecorded_is_a_cancellation_however_long_it_was_held() {
+    let registry = Registry::<String>::new(
+        config()
+            .cancelled_failure_after(Some(3 * SECOND))
+            .build()
+            .unwrap(),
+    );
+    let permit = registry.try_acquire(&"alpha".to_string()).expect("closed");
+    tokio::time::advance(60 * SECOND).await;
+    drop(permit);
+    let snap = registry.get(&"alpha".to_string()).unwrap().snapshot();
+    assert_eq!((snap.counts.failures, snap.counts.cancelled), (0, 1));
 }
 
 #[test]
