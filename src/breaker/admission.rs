@@ -227,20 +227,6 @@ pub(crate) enum Record {
     Nothing = 2,
 }
 
-impl Record {
-    /// Takes what a verdict feeds, leaving `Nothing` for any later one:
-    /// `None` if it feeds nothing, or whether it feeds only the counts.
-    #[inline(always)]
-    pub(crate) fn take(&mut self) -> Option<bool> {
-        if *self == Record::Nothing {
-            return None;
-        }
-        let count_only = *self == Record::CountOnly;
-        *self = Record::Nothing;
-        Some(count_only)
-    }
-}
-
 /// A call the breaker let through, as its admission settled it: the
 /// generation its outcome counts in (a probe's: the half-open one), a
 /// probe's permit, and what its outcome feeds. Whatever holds an admitted
@@ -326,16 +312,18 @@ impl Admission {
     /// later verdicts feed nothing.
     #[inline(always)]
     pub(crate) fn record(&mut self, shared: &Shared, verdict: Verdict, start: Option<Instant>) {
-        if let Some(count_only) = self.take_feeds().take() {
-            record(
-                shared,
-                self.generation(),
-                &mut self.permit,
-                verdict,
-                start,
-                count_only,
-            );
-        }
+        let count_only = match self.take_feeds() {
+            Record::Nothing => return,
+            feeds => feeds == Record::CountOnly,
+        };
+        record(
+            shared,
+            self.generation(),
+            &mut self.permit,
+            verdict,
+            start,
+            count_only,
+        );
     }
 
     /// Counts the call as cancelled at `shared`, unless its outcome was

@@ -10,24 +10,6 @@
 //! `benches/outage_support/README.md` (what an outage costs, and the
 //! adaptive policy study).
 
-// The pages link to items behind every feature; a build without some of
-// them cannot resolve those links (the all-features build, as on docs.rs,
-// checks them).
-#![cfg_attr(
-    not(all(
-        feature = "admin",
-        feature = "axum",
-        feature = "http-body",
-        feature = "metrics",
-        feature = "redis",
-        feature = "retry",
-        feature = "serde",
-        feature = "tonic",
-        feature = "tower-http"
-    )),
-    allow(rustdoc::broken_intra_doc_links)
-)]
-
 #[doc = include_str!("behaviour.md")]
 pub mod behaviour {}
 
