@@ -8,10 +8,6 @@ use crate::error::ConfigError;
 
 /// The members of [`TripPolicy::AnyOf`], in order.
 impl Policy for Vec<TripPolicy> {
-    fn key(&self) -> &'static str {
-        "any_of"
-    }
-
     fn validate(&self, path: &str) -> Result<(), ConfigError> {
         if self.is_empty() {
             return Err(ConfigError::new(path, "must hold at least one policy"));

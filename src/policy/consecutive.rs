@@ -1,5 +1,7 @@
 //! Consecutive failures: trip after `threshold` failures in a row.
 
+#[cfg(feature = "serde")]
+use super::{required, FromFile, Written};
 use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
 use crate::error::ConfigError;
 
@@ -34,11 +36,16 @@ impl ConsecutiveFailures {
     }
 }
 
-impl Policy for ConsecutiveFailures {
-    fn key(&self) -> &'static str {
-        "consecutive_failures"
-    }
+#[cfg(feature = "serde")]
+impl FromFile for ConsecutiveFailures {
+    const FIELDS: &'static [&'static str] = &["threshold"];
 
+    fn from_file(written: &dyn Written) -> Result<Self, ConfigError> {
+        Ok(ConsecutiveFailures::new(required(written, "threshold", |w, f| w.count(f))?))
+    }
+}
+
+impl Policy for ConsecutiveFailures {
     fn validate(&self, path: &str) -> Result<(), ConfigError> {
         if self.threshold == 0 {
             return Err(ConfigError::new(

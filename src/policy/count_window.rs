@@ -3,6 +3,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+#[cfg(feature = "serde")]
+use super::{required, FromFile, Written};
 use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
 use crate::error::ConfigError;
 use crate::millis::millis;
@@ -71,11 +73,22 @@ impl CountWindow {
     }
 }
 
-impl Policy for CountWindow {
-    fn key(&self) -> &'static str {
-        "count_window"
-    }
+#[cfg(feature = "serde")]
+impl FromFile for CountWindow {
+    const FIELDS: &'static [&'static str] = &["failures", "window", "stale_after"];
 
+    fn from_file(written: &dyn Written) -> Result<Self, ConfigError> {
+        let failures = required(written, "failures", |w, f| w.count(f))?;
+        let window = required(written, "window", |w, f| w.count(f))?;
+        let mut policy = CountWindow::new(failures, window);
+        if let Some(age) = written.duration("stale_after")? {
+            policy = policy.stale_after(age);
+        }
+        Ok(policy)
+    }
+}
+
+impl Policy for CountWindow {
     fn validate(&self, path: &str) -> Result<(), ConfigError> {
         if self.failures == 0 {
             return Err(ConfigError::new(

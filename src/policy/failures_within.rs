@@ -4,6 +4,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+#[cfg(feature = "serde")]
+use super::{required, FromFile, Written};
 use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
 use crate::error::ConfigError;
 use crate::millis::millis;
@@ -60,11 +62,18 @@ impl FailuresWithin {
     }
 }
 
-impl Policy for FailuresWithin {
-    fn key(&self) -> &'static str {
-        "failures_within"
-    }
+#[cfg(feature = "serde")]
+impl FromFile for FailuresWithin {
+    const FIELDS: &'static [&'static str] = &["failures", "period"];
 
+    fn from_file(written: &dyn Written) -> Result<Self, ConfigError> {
+        let failures = required(written, "failures", |w, f| w.count(f))?;
+        let period = required(written, "period", |w, f| w.duration(f))?;
+        Ok(FailuresWithin::new(failures, period))
+    }
+}
+
+impl Policy for FailuresWithin {
     fn validate(&self, path: &str) -> Result<(), ConfigError> {
         if self.failures == 0 || self.failures > MAX_FAILURES {
             return Err(ConfigError::new(

@@ -4,66 +4,182 @@
 //! breaker resets it whenever it opens. Choose one, or combine several with
 //! [`TripPolicy::any_of`]:
 //!
-//! | policy | trips when | choose it when |
-//! | --- | --- | --- |
-//! | [`ConsecutiveFailures`] | `k` failures in a row | a dependency is either up or down (the default, `k = 5`) |
-//! | [`CountWindow`] | `k` of the last `N` outcomes failed | failures interleave with successes; traffic is bursty |
-//! | [`FailuresWithin`] | `k` failures within a period, whatever the successes | a few failures close together mean the dependency is down (nginx's `max_fails`) |
-//! | [`TimeWindow`] | failure share over a time window reaches a rate | traffic is steady and a rate means something |
-//! | [`SlowCalls`] | share of slow calls reaches a rate | the dependency degrades by slowing down before it fails |
-//! | [`Adaptive`] | recent outcomes are significantly worse than the dependency's learned baseline, by a sequential test with a stated false-trip rate | the normal failure rate is not zero, differs between dependencies, or drifts |
-//! | [`TripPolicy::any_of`] | any member trips | you want a fast trip on a hard outage and a rate for partial ones |
-//! | [`PerClass`] | the policy of one failure class trips (each counts its class's failures apart) | kinds of failure weigh differently: 3 timeouts, but 20 rate limits |
+//! | policy | trips when | choose it when | in a config file (required in bold) |
+//! | --- | --- | --- | --- |
+//! | [`ConsecutiveFailures`] | `k` failures in a row | a dependency is either up or down (the default, `k = 5`) | `consecutive_failures`: **`threshold`** |
+//! | [`CountWindow`] | `k` of the last `N` outcomes failed | failures interleave with successes; traffic is bursty | `count_window`: **`failures`**, **`window`**, `stale_after` |
+//! | [`FailuresWithin`] | `k` failures within a period, whatever the successes | a few failures close together mean the dependency is down (nginx's `max_fails`) | `failures_within`: **`failures`**, **`period`** |
+//! | [`TimeWindow`] | failure share over a time window reaches a rate | traffic is steady and a rate means something | `time_window`: **`window`**, `buckets`, `min_calls`, `failure_rate` |
+//! | [`SlowCalls`] | share of slow calls reaches a rate | the dependency degrades by slowing down before it fails | `slow_calls`: **`slower_than`**, `rate`, `over_calls` or `over_time = { length, buckets }`, `min_calls` |
+//! | [`Adaptive`] | recent outcomes are significantly worse than the dependency's learned baseline, by a sequential test with a stated false-trip rate | the normal failure rate is not zero, differs between dependencies, or drifts | `adaptive`: `false_trips_per_million`, `min_degradation`, `warm_up`, `ceiling`, `baseline_horizon`, `fallback` (a policy) |
+//! | [`TripPolicy::any_of`] | any member trips | you want a fast trip on a hard outage and a rate for partial ones | `any_of`: a list of policies |
+//! | [`PerClass`] | the policy of one failure class trips (each counts its class's failures apart) | kinds of failure weigh differently: 3 timeouts, but 20 rate limits | `per_class`: **`rest`** (a policy), `classes` (a table from a failure class's name, such as `timeout` or `rate_limited`, to a policy) |
+//!
+//! With the `serde` feature a config file writes a policy as a table with
+//! one key naming it, whose value holds its settings, named as the
+//! builder's methods are (see [`serialization`](crate::serialization) for
+//! the rest of a config).
 
-mod adaptive;
+/// Every trip policy, one line each: its type, the file it lives in, and
+/// its name in a config (which extends the paths of its settings in a
+/// [`ConfigError`]). A policy is its file and its line here: its type, its
+/// checks and running state ([`Policy`], [`Rule`]), and how a config file
+/// writes it (`FromFile`) are all in its file, and the lines below make
+/// the rest (its [`TripPolicy`] variant, its place among the policies a
+/// config file may name).
+macro_rules! policies {
+    ($($ty:ident in $file:ident as $key:literal,)*) => {
+        $(mod $file;)*
+        $(pub use $file::$ty;)*
+
+        /// The rule that decides when a closed breaker opens.
+        ///
+        /// Build one from a policy type (`ConsecutiveFailures::new(5).into()`) or
+        /// pass the policy type straight to [`ConfigBuilder::trip`].
+        ///
+        /// [`ConfigBuilder::trip`]: crate::ConfigBuilder::trip
+        #[derive(Clone, Debug, PartialEq)]
+        #[non_exhaustive]
+        pub enum TripPolicy {
+            $(
+                #[doc = concat!("See [`", stringify!($ty), "`].")]
+                $ty($ty),
+            )*
+            /// Trips when any member trips; the first member (in order) that trips
+            /// is the one the transition names.
+            AnyOf(Vec<TripPolicy>),
+        }
+
+        $(
+            impl From<$ty> for TripPolicy {
+                fn from(policy: $ty) -> Self {
+                    TripPolicy::$ty(policy)
+                }
+            }
+        )*
+
+        impl TripPolicy {
+            /// The policy as the breaker sees it, whichever it is.
+            fn policy(&self) -> &dyn Policy {
+                match self {
+                    $(TripPolicy::$ty(p) => p,)*
+                    TripPolicy::AnyOf(list) => list,
+                }
+            }
+
+            /// Its name in a config (`time_window`).
+            fn key(&self) -> &'static str {
+                match self {
+                    $(TripPolicy::$ty(_) => $key,)*
+                    TripPolicy::AnyOf(_) => ANY_OF,
+                }
+            }
+        }
+
+        /// Each policy a config file may name as a table of settings, by
+        /// its name: the settings it knows, and how it reads them.
+        #[cfg(feature = "serde")]
+        pub(crate) const IN_FILES: &[InFile] = &[
+            $(InFile {
+                key: $key,
+                fields: <$ty as FromFile>::FIELDS,
+                read: |written| <$ty as FromFile>::from_file(written).map(TripPolicy::from),
+            },)*
+        ];
+    };
+}
+
+policies! {
+    ConsecutiveFailures in consecutive as "consecutive_failures",
+    CountWindow in count_window as "count_window",
+    TimeWindow in time_window as "time_window",
+    SlowCalls in slow_calls as "slow_calls",
+    Adaptive in adaptive as "adaptive",
+    PerClass in per_class as "per_class",
+    FailuresWithin in failures_within as "failures_within",
+}
+
 mod any_of;
-mod consecutive;
-mod count_window;
-mod failures_within;
-mod per_class;
-mod slow_calls;
-mod time_window;
 
 use std::fmt;
 use std::time::Duration;
 
-pub use adaptive::Adaptive;
-pub use consecutive::ConsecutiveFailures;
-pub use count_window::CountWindow;
-pub use failures_within::FailuresWithin;
-pub use per_class::PerClass;
-pub use slow_calls::{SlowCalls, Window};
-pub use time_window::TimeWindow;
+pub use slow_calls::Window;
 
 use crate::error::ConfigError;
 use crate::outcome::FailureClass;
 
-/// The rule that decides when a closed breaker opens.
-///
-/// Build one from a policy type (`ConsecutiveFailures::new(5).into()`) or
-/// pass the policy type straight to [`ConfigBuilder::trip`].
-///
-/// [`ConfigBuilder::trip`]: crate::ConfigBuilder::trip
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub enum TripPolicy {
-    /// See [`ConsecutiveFailures`].
-    ConsecutiveFailures(ConsecutiveFailures),
-    /// See [`CountWindow`].
-    CountWindow(CountWindow),
-    /// See [`TimeWindow`].
-    TimeWindow(TimeWindow),
-    /// See [`SlowCalls`].
-    SlowCalls(SlowCalls),
-    /// See [`Adaptive`].
-    Adaptive(Adaptive),
-    /// Trips when any member trips; the first member (in order) that trips
-    /// is the one the transition names.
-    AnyOf(Vec<TripPolicy>),
-    /// See [`PerClass`].
-    PerClass(PerClass),
-    /// See [`FailuresWithin`].
-    FailuresWithin(FailuresWithin),
+/// The name of [`TripPolicy::AnyOf`] in a config: a list of policies.
+pub(crate) const ANY_OF: &str = "any_of";
+
+/// A policy a config file may name (see `IN_FILES`).
+#[cfg(feature = "serde")]
+pub(crate) struct InFile {
+    /// Its name in a config.
+    pub(crate) key: &'static str,
+    /// The settings it knows.
+    pub(crate) fields: &'static [&'static str],
+    /// Reads it from its settings as written.
+    pub(crate) read: fn(&dyn Written) -> Result<TripPolicy, ConfigError>,
+}
+
+/// A trip policy's settings as a config file writes them, read by name:
+/// the file format implements it (the `serde` feature's reader), and each
+/// policy's file reads its own settings through it ([`FromFile`]), so that
+/// the policy's file is the one place that knows them. Each read is
+/// `None` when the field is not written, and an error naming the field's
+/// path when it is written as the wrong type.
+#[cfg(feature = "serde")]
+pub(crate) trait Written {
+    /// The path of `field` in the file (`trip.count_window.window`).
+    fn path(&self, field: &str) -> String;
+
+    /// Whether `field` is written.
+    fn has(&self, field: &str) -> bool;
+
+    /// A whole number.
+    fn count(&self, field: &str) -> Result<Option<u32>, ConfigError>;
+
+    /// A number.
+    fn number(&self, field: &str) -> Result<Option<f64>, ConfigError>;
+
+    /// A duration (`"30s"`).
+    fn duration(&self, field: &str) -> Result<Option<Duration>, ConfigError>;
+
+    /// A trip policy.
+    fn policy(&self, field: &str) -> Result<Option<TripPolicy>, ConfigError>;
+
+    /// A table of trip policies by name, in the order of their names.
+    fn policies(&self, field: &str) -> Result<Vec<(String, TripPolicy)>, ConfigError>;
+
+    /// A table of settings of its own, which may hold only `fields`.
+    fn table<'a>(
+        &'a self,
+        field: &str,
+        fields: &'static [&'static str],
+    ) -> Result<Option<Box<dyn Written + 'a>>, ConfigError>;
+}
+
+/// A field a policy cannot do without: its value, or an error naming it.
+#[cfg(feature = "serde")]
+pub(crate) fn required<T>(
+    written: &dyn Written,
+    field: &str,
+    read: impl FnOnce(&dyn Written, &str) -> Result<Option<T>, ConfigError>,
+) -> Result<T, ConfigError> {
+    read(written, field)?.ok_or_else(|| ConfigError::new(written.path(field), "is required"))
+}
+
+/// How a config file writes a trip policy: the settings it knows, and how
+/// it is made from them. Its values are converted here and checked where
+/// code's are, when the config is built.
+#[cfg(feature = "serde")]
+pub(crate) trait FromFile: Sized {
+    /// The settings it knows; any other is an error.
+    const FIELDS: &'static [&'static str];
+
+    /// The policy `written` describes.
+    fn from_file(written: &dyn Written) -> Result<Self, ConfigError>;
 }
 
 impl TripPolicy {
@@ -82,25 +198,10 @@ impl TripPolicy {
         TripPolicy::AnyOf(policies.into_iter().collect())
     }
 
-    /// The policy as the breaker sees it, whichever it is.
-    fn policy(&self) -> &dyn Policy {
-        match self {
-            TripPolicy::ConsecutiveFailures(p) => p,
-            TripPolicy::CountWindow(p) => p,
-            TripPolicy::TimeWindow(p) => p,
-            TripPolicy::SlowCalls(p) => p,
-            TripPolicy::Adaptive(p) => p,
-            TripPolicy::AnyOf(list) => list,
-            TripPolicy::PerClass(p) => p,
-            TripPolicy::FailuresWithin(p) => p,
-        }
-    }
-
     /// Checks the settings; `path` is the config's path to this policy
     /// (`trip`, `trip.any_of[1]`), which the policy's key extends.
     pub(crate) fn validate(&self, path: &str) -> Result<(), ConfigError> {
-        let policy = self.policy();
-        policy.validate(&format!("{path}.{}", policy.key()))
+        self.policy().validate(&format!("{path}.{}", self.key()))
     }
 
     /// Whether recording a success needs the time: time windows do; streaks
@@ -126,10 +227,6 @@ impl TripPolicy {
 /// it in its own file, beside [`Rule`], the state it runs with: the
 /// breaker, the config and the snapshot ask nothing else of a policy.
 pub(crate) trait Policy {
-    /// The policy's name in a config (`time_window`), which extends the
-    /// path of its settings in a [`ConfigError`].
-    fn key(&self) -> &'static str;
-
     /// Checks the settings; `path` ends with the policy's key.
     fn validate(&self, path: &str) -> Result<(), ConfigError>;
 
@@ -186,25 +283,6 @@ impl Default for TripPolicy {
         ConsecutiveFailures::default().into()
     }
 }
-
-macro_rules! from_policy {
-    ($($ty:ident),*) => {$(
-        impl From<$ty> for TripPolicy {
-            fn from(policy: $ty) -> Self {
-                TripPolicy::$ty(policy)
-            }
-        }
-    )*};
-}
-from_policy!(
-    ConsecutiveFailures,
-    CountWindow,
-    TimeWindow,
-    SlowCalls,
-    Adaptive,
-    PerClass,
-    FailuresWithin
-);
 
 /// Why a breaker opened: the policy that tripped and its figures, or a
 /// failed probe.

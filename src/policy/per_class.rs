@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "serde")]
+use super::{required, FromFile, Written};
 use super::time_window::Buckets;
 use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripPolicy, TripReason};
 use crate::error::ConfigError;
@@ -74,11 +76,26 @@ impl PerClass {
     }
 }
 
-impl Policy for PerClass {
-    fn key(&self) -> &'static str {
-        "per_class"
-    }
+#[cfg(feature = "serde")]
+impl FromFile for PerClass {
+    const FIELDS: &'static [&'static str] = &["rest", "classes"];
 
+    fn from_file(written: &dyn Written) -> Result<Self, ConfigError> {
+        let mut policy = PerClass::new(required(written, "rest", |w, f| w.policy(f))?);
+        for (name, member) in written.policies("classes")? {
+            let class = FailureClass::from_name(&name).ok_or_else(|| {
+                ConfigError::new(
+                    written.path(&format!("classes.{name}")),
+                    "is no failure class (rate_limited, overloaded, timeout, server_error, stream, other)",
+                )
+            })?;
+            policy = policy.class(class, member);
+        }
+        Ok(policy)
+    }
+}
+
+impl Policy for PerClass {
     fn validate(&self, path: &str) -> Result<(), ConfigError> {
         self.rest.validate(&format!("{path}.rest"))?;
         for (i, (class, policy)) in self.classes.iter().enumerate() {

@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "serde")]
+use super::time_window::DEFAULT_BUCKETS;
+#[cfg(feature = "serde")]
+use super::{required, FromFile, Written};
 use super::time_window::{trips, validate_min_calls, validate_rate, validate_time, Buckets};
 use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
 use crate::error::ConfigError;
@@ -95,11 +99,39 @@ impl SlowCalls {
     }
 }
 
-impl Policy for SlowCalls {
-    fn key(&self) -> &'static str {
-        "slow_calls"
-    }
+#[cfg(feature = "serde")]
+impl FromFile for SlowCalls {
+    const FIELDS: &'static [&'static str] =
+        &["slower_than", "rate", "over_calls", "over_time", "min_calls"];
 
+    fn from_file(written: &dyn Written) -> Result<Self, ConfigError> {
+        let mut policy = SlowCalls::new(required(written, "slower_than", |w, f| w.duration(f))?);
+        if let Some(rate) = written.number("rate")? {
+            policy = policy.rate(rate);
+        }
+        if written.has("over_calls") && written.has("over_time") {
+            return Err(ConfigError::new(
+                written.path("over_time"),
+                "conflicts with `over_calls`: give one window",
+            ));
+        }
+        if let Some(calls) = written.count("over_calls")? {
+            policy = policy.over_calls(calls);
+        }
+        if let Some(time) = written.table("over_time", &["length", "buckets"])? {
+            let length = required(&*time, "length", |w, f| w.duration(f))?;
+            // As many buckets as a time window's when the file gives none.
+            let buckets = time.count("buckets")?.unwrap_or(DEFAULT_BUCKETS);
+            policy = policy.over_time(length, buckets);
+        }
+        if let Some(min_calls) = written.count("min_calls")? {
+            policy = policy.min_calls(min_calls);
+        }
+        Ok(policy)
+    }
+}
+
+impl Policy for SlowCalls {
     fn validate(&self, path: &str) -> Result<(), ConfigError> {
         if self.slower_than.is_zero() {
             return Err(ConfigError::new(

@@ -2,12 +2,18 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "serde")]
+use super::{required, FromFile, Written};
 use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
 use crate::error::ConfigError;
 use crate::millis::millis;
 
 /// The most buckets a time window may have.
 pub(crate) const MAX_BUCKETS: u32 = 10_000;
+
+/// The buckets of a time window unless it says otherwise (a slow-call
+/// policy's window over time too, when a config file gives none).
+pub(super) const DEFAULT_BUCKETS: u32 = 10;
 
 /// Trips when, over the last `window` of time, at least `min_calls` calls
 /// were recorded and the share of failures is at least `failure_rate`
@@ -54,7 +60,7 @@ impl TimeWindow {
     pub fn new(window: Duration) -> Self {
         TimeWindow {
             window,
-            buckets: 10,
+            buckets: DEFAULT_BUCKETS,
             min_calls: 10,
             failure_rate: 0.5,
         }
@@ -94,11 +100,26 @@ impl TimeWindow {
     }
 }
 
-impl Policy for TimeWindow {
-    fn key(&self) -> &'static str {
-        "time_window"
-    }
+#[cfg(feature = "serde")]
+impl FromFile for TimeWindow {
+    const FIELDS: &'static [&'static str] = &["window", "buckets", "min_calls", "failure_rate"];
 
+    fn from_file(written: &dyn Written) -> Result<Self, ConfigError> {
+        let mut policy = TimeWindow::new(required(written, "window", |w, f| w.duration(f))?);
+        if let Some(buckets) = written.count("buckets")? {
+            policy = policy.buckets(buckets);
+        }
+        if let Some(min_calls) = written.count("min_calls")? {
+            policy = policy.min_calls(min_calls);
+        }
+        if let Some(rate) = written.number("failure_rate")? {
+            policy = policy.failure_rate(rate);
+        }
+        Ok(policy)
+    }
+}
+
+impl Policy for TimeWindow {
     fn validate(&self, path: &str) -> Result<(), ConfigError> {
         validate_time(path, "window", self.window, self.buckets)?;
         validate_min_calls(path, self.min_calls)?;

@@ -26,18 +26,9 @@
 //!
 //! Durations are strings of whole numbers with units, largest first
 //! (`"30s"`, `"250ms"`, `"5m"`, `"1h"`, `"1m30s"`; see [`parse_duration`]).
-//! A trip policy is a table with one key naming it:
-//!
-//! | policy | fields (required in bold) |
-//! | --- | --- |
-//! | `consecutive_failures` | **`threshold`** |
-//! | `count_window` | **`failures`**, **`window`**, `stale_after` |
-//! | `failures_within` | **`failures`**, **`period`** |
-//! | `time_window` | **`window`**, `buckets`, `min_calls`, `failure_rate` |
-//! | `slow_calls` | **`slower_than`**, `rate`, `over_calls` or `over_time = { length, buckets }`, `min_calls` |
-//! | `adaptive` | `false_trips_per_million`, `min_degradation`, `warm_up`, `ceiling`, `baseline_horizon`, `fallback` (a policy) |
-//! | `any_of` | a list of policies |
-//! | `per_class` | **`rest`** (a policy), `classes` (a table from a failure class's name, such as `timeout` or `rate_limited`, to a policy) |
+//! A trip policy is a table with one key naming it, whose value holds its
+//! settings: the [policy table](crate::policy) gives each policy's name and
+//! settings in a config file (`consecutive_failures = { threshold = 3 }`).
 //!
 //! Fields left out keep the builders' defaults.
 //!

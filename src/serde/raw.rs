@@ -10,17 +10,14 @@ use std::collections::HashSet;
 use std::fmt;
 use std::hash::Hash;
 use std::marker::PhantomData;
+use std::time::Duration;
 
 use ::serde::de::{self, Deserializer, MapAccess, Visitor};
 use ::serde::Deserialize;
 
-use super::scalar::{present, required, Scalar};
-use crate::classify::FailureClass;
+use super::scalar::{present, Scalar};
 use crate::error::ConfigError;
-use crate::policy::{
-    Adaptive, ConsecutiveFailures, CountWindow, FailuresWithin, PerClass, SlowCalls, TimeWindow,
-    TripPolicy,
-};
+use crate::policy::{TripPolicy, Written, ANY_OF, IN_FILES};
 use crate::{Config, ConfigBuilder, LatencyTo};
 
 /// `prefix.field`, or `field` at the top.
@@ -204,237 +201,189 @@ impl RawConfig {
     }
 }
 
-/// A [`TripPolicy`] as written: a table with one key naming the policy.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum RawTrip {
-    ConsecutiveFailures(RawConsecutive),
-    CountWindow(RawCountWindow),
-    TimeWindow(RawTimeWindow),
-    SlowCalls(RawSlowCalls),
-    Adaptive(RawAdaptive),
-    AnyOf(Vec<RawTrip>),
-    PerClass(RawPerClass),
-    FailuresWithin(RawFailuresWithin),
-}
+/// A [`TripPolicy`] as written: a table with one key naming the policy,
+/// whose value is the policy's table of settings (a list of policies for
+/// `any_of`). Read whole, and turned into a policy when the config is
+/// built, where its path is known; each policy reads its own settings
+/// ([`FromFile`](crate::policy::FromFile), through [`Settings`]).
+#[derive(Clone, Debug)]
+pub(super) struct RawTrip(Scalar);
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawFailuresWithin {
-    #[serde(default, deserialize_with = "present")]
-    failures: Option<Scalar>,
-    #[serde(default, deserialize_with = "present")]
-    period: Option<Scalar>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawPerClass {
-    rest: Box<RawTrip>,
-    #[serde(default)]
-    classes: std::collections::BTreeMap<String, RawTrip>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawConsecutive {
-    #[serde(default, deserialize_with = "present")]
-    threshold: Option<Scalar>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawCountWindow {
-    #[serde(default, deserialize_with = "present")]
-    failures: Option<Scalar>,
-    #[serde(default, deserialize_with = "present")]
-    window: Option<Scalar>,
-    #[serde(default, deserialize_with = "present")]
-    stale_after: Option<Scalar>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawTimeWindow {
-    #[serde(default, deserialize_with = "present")]
-    window: Option<Scalar>,
-    #[serde(default, deserialize_with = "present")]
-    buckets: Option<Scalar>,
-    #[serde(default, deserialize_with = "present")]
-    min_calls: Option<Scalar>,
-    #[serde(default, deserialize_with = "present")]
-    failure_rate: Option<Scalar>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawSlowCalls {
-    #[serde(default, deserialize_with = "present")]
-    slower_than: Option<Scalar>,
-    #[serde(default, deserialize_with = "present")]
-    rate: Option<Scalar>,
-    #[serde(default, deserialize_with = "present")]
-    over_calls: Option<Scalar>,
-    #[serde(default)]
-    over_time: Option<RawOverTime>,
-    #[serde(default, deserialize_with = "present")]
-    min_calls: Option<Scalar>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawAdaptive {
-    #[serde(default, deserialize_with = "present")]
-    false_trips_per_million: Option<Scalar>,
-    #[serde(default, deserialize_with = "present")]
-    min_degradation: Option<Scalar>,
-    #[serde(default, deserialize_with = "present")]
-    warm_up: Option<Scalar>,
-    #[serde(default, deserialize_with = "present")]
-    ceiling: Option<Scalar>,
-    #[serde(default, deserialize_with = "present")]
-    baseline_horizon: Option<Scalar>,
-    #[serde(default)]
-    fallback: Option<Box<RawTrip>>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawOverTime {
-    #[serde(default, deserialize_with = "present")]
-    length: Option<Scalar>,
-    #[serde(default, deserialize_with = "present")]
-    buckets: Option<Scalar>,
+impl<'de> Deserialize<'de> for RawTrip {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Scalar::deserialize(deserializer).map(RawTrip)
+    }
 }
 
 impl RawTrip {
     /// The policy, its values converted but not yet validated (the config
     /// builder validates it, under the same paths).
     pub(super) fn policy(&self, path: &str) -> Result<TripPolicy, ConfigError> {
-        Ok(match self {
-            RawTrip::ConsecutiveFailures(raw) => {
-                let at = |field| format!("{path}.consecutive_failures.{field}");
-                let threshold = required(&raw.threshold, &at("threshold"))?;
-                ConsecutiveFailures::new(threshold.count(&at("threshold"))?).into()
-            }
-            RawTrip::CountWindow(raw) => {
-                let at = |field| format!("{path}.count_window.{field}");
-                let failures = required(&raw.failures, &at("failures"))?.count(&at("failures"))?;
-                let window = required(&raw.window, &at("window"))?.count(&at("window"))?;
-                let mut policy = CountWindow::new(failures, window);
-                if let Some(age) = &raw.stale_after {
-                    policy = policy.stale_after(age.duration(&at("stale_after"))?);
-                }
-                policy.into()
-            }
-            RawTrip::TimeWindow(raw) => {
-                let at = |field| format!("{path}.time_window.{field}");
-                let window = required(&raw.window, &at("window"))?.duration(&at("window"))?;
-                let mut policy = TimeWindow::new(window);
-                if let Some(v) = &raw.buckets {
-                    policy = policy.buckets(v.count(&at("buckets"))?);
-                }
-                if let Some(v) = &raw.min_calls {
-                    policy = policy.min_calls(v.count(&at("min_calls"))?);
-                }
-                if let Some(v) = &raw.failure_rate {
-                    policy = policy.failure_rate(v.number(&at("failure_rate"))?);
-                }
-                policy.into()
-            }
-            RawTrip::SlowCalls(raw) => {
-                let at = |field| format!("{path}.slow_calls.{field}");
-                let slower_than =
-                    required(&raw.slower_than, &at("slower_than"))?.duration(&at("slower_than"))?;
-                let mut policy = SlowCalls::new(slower_than);
-                if let Some(v) = &raw.rate {
-                    policy = policy.rate(v.number(&at("rate"))?);
-                }
-                match (&raw.over_calls, &raw.over_time) {
-                    (Some(_), Some(_)) => {
-                        return Err(ConfigError::new(
-                            at("over_time"),
-                            "conflicts with `over_calls`: give one window",
-                        ))
-                    }
-                    (Some(calls), None) => {
-                        policy = policy.over_calls(calls.count(&at("over_calls"))?);
-                    }
-                    (None, Some(time)) => {
-                        let at = |field| format!("{path}.slow_calls.over_time.{field}");
-                        let length =
-                            required(&time.length, &at("length"))?.duration(&at("length"))?;
-                        let buckets = match &time.buckets {
-                            Some(v) => v.count(&at("buckets"))?,
-                            None => DEFAULT_BUCKETS,
-                        };
-                        policy = policy.over_time(length, buckets);
-                    }
-                    (None, None) => {}
-                }
-                if let Some(v) = &raw.min_calls {
-                    policy = policy.min_calls(v.count(&at("min_calls"))?);
-                }
-                policy.into()
-            }
-            RawTrip::Adaptive(raw) => {
-                let at = |field| format!("{path}.adaptive.{field}");
-                let mut policy = Adaptive::new();
-                if let Some(v) = &raw.false_trips_per_million {
-                    policy =
-                        policy.false_trips_per_million(v.number(&at("false_trips_per_million"))?);
-                }
-                if let Some(v) = &raw.min_degradation {
-                    policy = policy.min_degradation(v.number(&at("min_degradation"))?);
-                }
-                if let Some(v) = &raw.warm_up {
-                    policy = policy.warm_up(v.count(&at("warm_up"))?);
-                }
-                if let Some(v) = &raw.ceiling {
-                    policy = policy.ceiling(v.number(&at("ceiling"))?);
-                }
-                if let Some(v) = &raw.baseline_horizon {
-                    policy = policy.baseline_horizon(v.count(&at("baseline_horizon"))?);
-                }
-                if let Some(fallback) = &raw.fallback {
-                    policy = policy.fallback(fallback.policy(&at("fallback"))?);
-                }
-                policy.into()
-            }
-            RawTrip::PerClass(raw) => {
-                let at = |field: &str| format!("{path}.per_class.{field}");
-                let mut policy = PerClass::new(raw.rest.policy(&at("rest"))?);
-                for (name, member) in &raw.classes {
-                    let class_path = at(&format!("classes.{name}"));
-                    let class = FailureClass::from_name(name).ok_or_else(|| {
-                        ConfigError::new(
-                            class_path.clone(),
-                            "is no failure class (rate_limited, overloaded, timeout, server_error, stream, other)",
-                        )
-                    })?;
-                    policy = policy.class(class, member.policy(&class_path)?);
-                }
-                policy.into()
-            }
-            RawTrip::FailuresWithin(raw) => {
-                let at = |field| format!("{path}.failures_within.{field}");
-                let failures = required(&raw.failures, &at("failures"))?.count(&at("failures"))?;
-                let period = required(&raw.period, &at("period"))?.duration(&at("period"))?;
-                FailuresWithin::new(failures, period).into()
-            }
-            RawTrip::AnyOf(list) => TripPolicy::any_of(
-                list.iter()
-                    .enumerate()
-                    .map(|(i, raw)| raw.policy(&format!("{path}.any_of[{i}]")))
-                    .collect::<Result<Vec<_>, _>>()?,
-            ),
-        })
+        policy_at(&self.0, path)
     }
 }
 
-/// Buckets of a slow-call time window when the file gives none, as for a
-/// [`TimeWindow`].
-const DEFAULT_BUCKETS: u32 = 10;
+/// The policy `value` writes at `path`.
+fn policy_at(value: &Scalar, path: &str) -> Result<TripPolicy, ConfigError> {
+    let (key, settings) = match value {
+        Scalar::Table(entries) if entries.len() == 1 => (&entries[0].0, &entries[0].1),
+        other => {
+            return Err(ConfigError::new(
+                path,
+                format!("must be a table with one key naming a policy, got {other}"),
+            ))
+        }
+    };
+    let at = join(path, key);
+    if key == ANY_OF {
+        let Scalar::List(members) = settings else {
+            return Err(ConfigError::new(
+                at,
+                format!("must be a list of policies, got {settings}"),
+            ));
+        };
+        return Ok(TripPolicy::any_of(
+            members
+                .iter()
+                .enumerate()
+                .map(|(i, member)| policy_at(member, &format!("{at}[{i}]")))
+                .collect::<Result<Vec<_>, _>>()?,
+        ));
+    }
+    let Some(policy) = IN_FILES.iter().find(|policy| policy.key == key) else {
+        let known: Vec<String> = IN_FILES
+            .iter()
+            .map(|policy| policy.key)
+            .chain([ANY_OF])
+            .map(|key| format!("`{key}`"))
+            .collect();
+        return Err(ConfigError::new(
+            path,
+            format!(
+                "names an unknown policy `{key}`, expected one of {}",
+                known.join(", ")
+            ),
+        ));
+    };
+    (policy.read)(&Settings::new(settings, at, policy.fields)?)
+}
+
+/// A table of settings as written, read by the policy it belongs to.
+struct Settings<'a> {
+    entries: &'a [(String, Scalar)],
+    path: String,
+}
+
+impl<'a> Settings<'a> {
+    /// `value` as the settings at `path`, which may hold only `fields`,
+    /// each once.
+    fn new(
+        value: &'a Scalar,
+        path: String,
+        fields: &'static [&'static str],
+    ) -> Result<Self, ConfigError> {
+        let Scalar::Table(entries) = value else {
+            return Err(ConfigError::new(
+                path,
+                format!("must be a table, got {value}"),
+            ));
+        };
+        for (i, (field, _)) in entries.iter().enumerate() {
+            if !fields.contains(&field.as_str()) {
+                let known: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
+                return Err(ConfigError::new(
+                    path,
+                    format!(
+                        "has an unknown field `{field}`, expected one of {}",
+                        known.join(", ")
+                    ),
+                ));
+            }
+            if entries[..i].iter().any(|(seen, _)| seen == field) {
+                return Err(ConfigError::new(join(&path, field), "is written twice"));
+            }
+        }
+        Ok(Settings { entries, path })
+    }
+
+    fn get(&self, field: &str) -> Option<&'a Scalar> {
+        self.entries
+            .iter()
+            .find(|(name, _)| name == field)
+            .map(|(_, value)| value)
+    }
+
+    /// `field`'s value converted by `convert`, if written.
+    fn read<T>(
+        &self,
+        field: &str,
+        convert: impl FnOnce(&Scalar, &str) -> Result<T, ConfigError>,
+    ) -> Result<Option<T>, ConfigError> {
+        self.get(field)
+            .map(|value| convert(value, &self.path(field)))
+            .transpose()
+    }
+}
+
+impl Written for Settings<'_> {
+    fn path(&self, field: &str) -> String {
+        join(&self.path, field)
+    }
+
+    fn has(&self, field: &str) -> bool {
+        self.get(field).is_some()
+    }
+
+    fn count(&self, field: &str) -> Result<Option<u32>, ConfigError> {
+        self.read(field, Scalar::count)
+    }
+
+    fn number(&self, field: &str) -> Result<Option<f64>, ConfigError> {
+        self.read(field, Scalar::number)
+    }
+
+    fn duration(&self, field: &str) -> Result<Option<Duration>, ConfigError> {
+        self.read(field, Scalar::duration)
+    }
+
+    fn policy(&self, field: &str) -> Result<Option<TripPolicy>, ConfigError> {
+        self.read(field, policy_at)
+    }
+
+    fn policies(&self, field: &str) -> Result<Vec<(String, TripPolicy)>, ConfigError> {
+        let Some(value) = self.get(field) else {
+            return Ok(Vec::new());
+        };
+        let at = self.path(field);
+        let Scalar::Table(entries) = value else {
+            return Err(ConfigError::new(
+                at,
+                format!("must be a table of policies by name, got {value}"),
+            ));
+        };
+        let mut policies = entries
+            .iter()
+            .map(|(name, member)| Ok((name.clone(), policy_at(member, &join(&at, name))?)))
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        policies.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(policies)
+    }
+
+    fn table<'s>(
+        &'s self,
+        field: &str,
+        fields: &'static [&'static str],
+    ) -> Result<Option<Box<dyn Written + 's>>, ConfigError> {
+        match self.get(field) {
+            Some(value) => Ok(Some(Box::new(Settings::new(
+                value,
+                self.path(field),
+                fields,
+            )?))),
+            None => Ok(None),
+        }
+    }
+}
 
 /// A registry's configs as written.
 #[derive(Deserialize)]

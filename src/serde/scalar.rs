@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use ::serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use ::serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use ::serde::Deserialize;
 
 use super::duration::parse_duration;
@@ -19,8 +19,9 @@ pub(super) enum Scalar {
     Int(i128),
     Float(f64),
     Str(String),
-    List,
-    Table,
+    List(Vec<Scalar>),
+    /// Its entries in the order written.
+    Table(Vec<(String, Scalar)>),
 }
 
 impl fmt::Display for Scalar {
@@ -31,8 +32,8 @@ impl fmt::Display for Scalar {
             Scalar::Int(n) => write!(f, "integer {n}"),
             Scalar::Float(x) => write!(f, "float {x}"),
             Scalar::Str(s) => write!(f, "string {s:?}"),
-            Scalar::List => f.write_str("a list"),
-            Scalar::Table => f.write_str("a table"),
+            Scalar::List(_) => f.write_str("a list"),
+            Scalar::Table(_) => f.write_str("a table"),
         }
     }
 }
@@ -191,16 +192,23 @@ impl<'de> Visitor<'de> for ScalarVisitor {
         Scalar::deserialize(deserializer)
     }
 
-    // Lists and tables are read through, so that the error can name the
-    // field rather than stop the parser here.
+    // Lists and tables are read whole, whatever they hold, so that a
+    // wrong value is an error that names its field when the config is
+    // built rather than one that stops the parser here.
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Scalar::List)
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Scalar>()? {
+            items.push(item);
+        }
+        Ok(Scalar::List(items))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Scalar::Table)
+        let mut entries = Vec::new();
+        while let Some(entry) = map.next_entry::<String, Scalar>()? {
+            entries.push(entry);
+        }
+        Ok(Scalar::Table(entries))
     }
 }
 
@@ -209,13 +217,4 @@ pub(super) fn present<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<Scalar>, D::Error> {
     Scalar::deserialize(deserializer).map(Some)
-}
-
-pub(super) fn required<'a>(
-    value: &'a Option<Scalar>,
-    path: &str,
-) -> Result<&'a Scalar, ConfigError> {
-    value
-        .as_ref()
-        .ok_or_else(|| ConfigError::new(path, "is required"))
 }

@@ -581,7 +581,7 @@ fn unknown_fields_and_policies_are_errors_that_name_them() {
     assert!(message.contains("unknown field `threshhold`"), "{message}");
     let message = error("trip = { consecutive_failure = { threshold = 3 } }");
     assert!(
-        message.contains("unknown variant `consecutive_failure`"),
+        message.contains("unknown policy `consecutive_failure`"),
         "{message}"
     );
     assert!(

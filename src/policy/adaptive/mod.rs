@@ -5,6 +5,8 @@
 //! beside this file). `model` holds what is learned and the tests tuned to
 //! it, `detector` the running state fed one outcome at a time.
 
+#[cfg(feature = "serde")]
+use super::{FromFile, Written};
 use super::time_window::validate_rate;
 use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripPolicy, TripReason};
 use crate::error::ConfigError;
@@ -219,11 +221,42 @@ impl Adaptive {
     }
 }
 
-impl Policy for Adaptive {
-    fn key(&self) -> &'static str {
-        "adaptive"
-    }
+#[cfg(feature = "serde")]
+impl FromFile for Adaptive {
+    const FIELDS: &'static [&'static str] = &[
+        "false_trips_per_million",
+        "min_degradation",
+        "warm_up",
+        "ceiling",
+        "baseline_horizon",
+        "fallback",
+    ];
 
+    fn from_file(written: &dyn Written) -> Result<Self, ConfigError> {
+        let mut policy = Adaptive::new();
+        if let Some(rate) = written.number("false_trips_per_million")? {
+            policy = policy.false_trips_per_million(rate);
+        }
+        if let Some(degradation) = written.number("min_degradation")? {
+            policy = policy.min_degradation(degradation);
+        }
+        if let Some(outcomes) = written.count("warm_up")? {
+            policy = policy.warm_up(outcomes);
+        }
+        if let Some(ceiling) = written.number("ceiling")? {
+            policy = policy.ceiling(ceiling);
+        }
+        if let Some(horizon) = written.count("baseline_horizon")? {
+            policy = policy.baseline_horizon(horizon);
+        }
+        if let Some(fallback) = written.policy("fallback")? {
+            policy = policy.fallback(fallback);
+        }
+        Ok(policy)
+    }
+}
+
+impl Policy for Adaptive {
     fn validate(&self, path: &str) -> Result<(), ConfigError> {
         let f = self.false_trips_per_million;
         if !(MIN_BUDGET..=MAX_BUDGET).contains(&f) {
