@@ -1,9 +1,12 @@
 //! Any of several policies: trip as soon as one member trips.
 
+use std::fmt;
 use std::time::Duration;
 
 use super::time_window::Buckets;
-use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripPolicy, TripReason};
+#[cfg(feature = "serde")]
+use super::Figure;
+use super::{Figures, Policy, PolicyFigures, PolicyState, Rule, Sample, TripPolicy, TripReason};
 use crate::error::ConfigError;
 
 /// The members of [`TripPolicy::AnyOf`], in order.
@@ -67,5 +70,24 @@ impl Rule for Members {
 
     fn figures(&self, now_ms: u64) -> PolicyFigures {
         PolicyFigures::AnyOf(self.0.iter().map(|p| p.figures(now_ms)).collect())
+    }
+}
+
+/// The figures of [`PolicyFigures::AnyOf`]'s members, in order. (A member
+/// that trips is named by its own figures.)
+impl Figures for Vec<PolicyFigures> {
+    fn tripped(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, member) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            member.shown().tripped(f)?;
+        }
+        Ok(())
+    }
+
+    #[cfg(feature = "serde")]
+    fn fields(&self) -> Vec<(&'static str, Figure<'_>)> {
+        vec![("members", Figure::Members(self))]
     }
 }

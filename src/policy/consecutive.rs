@@ -1,8 +1,10 @@
 //! Consecutive failures: trip after `threshold` failures in a row.
 
+use std::fmt;
+
 #[cfg(feature = "serde")]
-use super::{required, FromFile, Written};
-use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
+use super::{required, Figure, FromFile, Written};
+use super::{Figures, Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
 use crate::error::ConfigError;
 
 /// Trips after `threshold` failures in a row; any success starts the count
@@ -93,9 +95,7 @@ impl Rule for InARow {
             return None;
         }
         self.failures = self.failures.saturating_add(1);
-        (self.failures >= self.threshold).then_some(TripReason::ConsecutiveFailures {
-            failures: self.failures,
-        })
+        (self.failures >= self.threshold).then(|| TripReason::Policy(self.figures(0)))
     }
 
     fn success_matters(&self) -> bool {
@@ -107,9 +107,33 @@ impl Rule for InARow {
     }
 
     fn figures(&self, _now_ms: u64) -> PolicyFigures {
-        PolicyFigures::ConsecutiveFailures {
+        PolicyFigures::ConsecutiveFailures(ConsecutiveFailuresFigures {
             failures: self.failures,
             threshold: self.threshold,
-        }
+        })
+    }
+}
+
+/// [`ConsecutiveFailures`]'s figures: failures in a row so far, and the
+/// threshold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsecutiveFailuresFigures {
+    /// Failures in a row.
+    pub failures: u32,
+    /// Threshold that trips.
+    pub threshold: u32,
+}
+
+impl Figures for ConsecutiveFailuresFigures {
+    fn tripped(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} consecutive failures", self.failures)
+    }
+
+    #[cfg(feature = "serde")]
+    fn fields(&self) -> Vec<(&'static str, Figure<'_>)> {
+        vec![
+            ("failures", Figure::Count(self.failures.into())),
+            ("threshold", Figure::Count(self.threshold.into())),
+        ]
     }
 }

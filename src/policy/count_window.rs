@@ -1,11 +1,12 @@
 //! Count window: trip when `failures` of the last `window` outcomes failed.
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::time::Duration;
 
 #[cfg(feature = "serde")]
-use super::{required, FromFile, Written};
-use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
+use super::{required, Figure, FromFile, Written};
+use super::{Figures, Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
 use crate::error::ConfigError;
 use crate::millis::millis;
 
@@ -185,11 +186,7 @@ impl Rule for Ring {
             self.recent.pop_front();
         }
         self.expire_by_count();
-        let counted = self.counted(now_ms);
-        (counted >= self.failures).then_some(TripReason::CountWindow {
-            failures: counted,
-            window: self.window as u32,
-        })
+        (self.counted(now_ms) >= self.failures).then(|| TripReason::Policy(self.figures(now_ms)))
     }
 
     fn success_matters(&self) -> bool {
@@ -202,10 +199,41 @@ impl Rule for Ring {
     }
 
     fn figures(&self, now_ms: u64) -> PolicyFigures {
-        PolicyFigures::CountWindow {
+        PolicyFigures::CountWindow(CountWindowFigures {
             failures: self.counted(now_ms),
             threshold: self.failures,
             window: self.window as u32,
-        }
+        })
+    }
+}
+
+/// [`CountWindow`]'s figures: failures inside the window (by count and
+/// age), the failures that trip, and the window's size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CountWindowFigures {
+    /// Failures in the window.
+    pub failures: u32,
+    /// Failures that trip.
+    pub threshold: u32,
+    /// Size of the window.
+    pub window: u32,
+}
+
+impl Figures for CountWindowFigures {
+    fn tripped(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} failures in the last {} calls",
+            self.failures, self.window
+        )
+    }
+
+    #[cfg(feature = "serde")]
+    fn fields(&self) -> Vec<(&'static str, Figure<'_>)> {
+        vec![
+            ("failures", Figure::Count(self.failures.into())),
+            ("threshold", Figure::Count(self.threshold.into())),
+            ("window", Figure::Count(self.window.into())),
+        ]
     }
 }

@@ -2,11 +2,12 @@
 //! `period` of each other, whatever the successes between them.
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::time::Duration;
 
 #[cfg(feature = "serde")]
-use super::{required, FromFile, Written};
-use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
+use super::{required, Figure, FromFile, Written};
+use super::{Figures, Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
 use crate::error::ConfigError;
 use crate::millis::millis;
 
@@ -130,10 +131,7 @@ impl Rule for Recent {
             self.at_ms.pop_front();
         }
         self.at_ms.push_back(now_ms);
-        (self.within(now_ms) >= self.failures).then_some(TripReason::FailuresWithin {
-            failures: self.failures,
-            period: self.period,
-        })
+        (self.within(now_ms) >= self.failures).then(|| TripReason::Policy(self.figures(now_ms)))
     }
 
     /// A success neither counts nor resets: it never needs recording.
@@ -146,10 +144,38 @@ impl Rule for Recent {
     }
 
     fn figures(&self, now_ms: u64) -> PolicyFigures {
-        PolicyFigures::FailuresWithin {
+        PolicyFigures::FailuresWithin(FailuresWithinFigures {
             failures: self.within(now_ms),
             threshold: self.failures,
-        }
+            period: self.period,
+        })
+    }
+}
+
+/// [`FailuresWithin`]'s figures: failures within the period now, the
+/// failures that trip, and the period.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailuresWithinFigures {
+    /// Failures within the period.
+    pub failures: u32,
+    /// Failures that trip.
+    pub threshold: u32,
+    /// The period.
+    pub period: Duration,
+}
+
+impl Figures for FailuresWithinFigures {
+    fn tripped(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failures within {:?}", self.failures, self.period)
+    }
+
+    #[cfg(feature = "serde")]
+    fn fields(&self) -> Vec<(&'static str, Figure<'_>)> {
+        vec![
+            ("failures", Figure::Count(self.failures.into())),
+            ("threshold", Figure::Count(self.threshold.into())),
+            ("period_ms", Figure::Duration(self.period)),
+        ]
     }
 }
 
@@ -179,10 +205,13 @@ mod tests {
         assert_eq!(p.record(sample(true), 500), None);
         assert_eq!(
             p.record(sample(true), 999),
-            Some(TripReason::FailuresWithin {
-                failures: 3,
-                period: Duration::from_secs(1),
-            })
+            Some(TripReason::Policy(PolicyFigures::FailuresWithin(
+                FailuresWithinFigures {
+                    failures: 3,
+                    threshold: 3,
+                    period: Duration::from_secs(1),
+                }
+            )))
         );
     }
 
@@ -194,10 +223,11 @@ mod tests {
         }
         assert_eq!(
             p.figures(99 * 500),
-            PolicyFigures::FailuresWithin {
+            PolicyFigures::FailuresWithin(FailuresWithinFigures {
                 failures: 2,
                 threshold: 3,
-            }
+                period: Duration::from_secs(1),
+            })
         );
     }
 

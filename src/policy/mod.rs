@@ -20,17 +20,19 @@
 //! builder's methods are (see [`serialization`](crate::serialization) for
 //! the rest of a config).
 
-/// Every trip policy, one line each: its type, the file it lives in, and
-/// its name in a config (which extends the paths of its settings in a
-/// [`ConfigError`]). A policy is its file and its line here: its type, its
-/// checks and running state ([`Policy`], [`Rule`]), and how a config file
-/// writes it (`FromFile`) are all in its file, and the lines below make
-/// the rest (its [`TripPolicy`] variant, its place among the policies a
-/// config file may name).
+/// Every trip policy, one line each: its type, the type of its figures,
+/// the file both live in, and its name in a config (which extends the
+/// paths of its settings in a [`ConfigError`], and names it in logs). A
+/// policy is its file and its line here: its type, its checks and running
+/// state ([`Policy`], [`Rule`]), its figures ([`Figures`]) and how a config
+/// file writes it (`FromFile`) are all in its file, and the lines below
+/// make the rest: its [`TripPolicy`] and [`PolicyFigures`] variants, their
+/// conversions and names, and its place among the policies a config file
+/// may name.
 macro_rules! policies {
-    ($($ty:ident in $file:ident as $key:literal,)*) => {
+    ($($ty:ident($figures:ident) in $file:ident as $key:literal,)*) => {
         $(mod $file;)*
-        $(pub use $file::$ty;)*
+        $(pub use $file::{$ty, $figures};)*
 
         /// The rule that decides when a closed breaker opens.
         ///
@@ -76,6 +78,47 @@ macro_rules! policies {
             }
         }
 
+        /// A trip policy's figures: what it counts now, as a
+        /// [`Snapshot`](crate::Snapshot) shows it, or what it had counted
+        /// when it tripped, as [`TripReason::Policy`] names it.
+        #[derive(Clone, Debug, PartialEq)]
+        #[non_exhaustive]
+        pub enum PolicyFigures {
+            $(
+                #[doc = concat!("[`", stringify!($ty), "`]'s.")]
+                $ty($figures),
+            )*
+            /// Figures of each member of an [`any_of`](TripPolicy::any_of), in order.
+            AnyOf(Vec<PolicyFigures>),
+        }
+
+        $(
+            impl From<$figures> for PolicyFigures {
+                fn from(figures: $figures) -> Self {
+                    PolicyFigures::$ty(figures)
+                }
+            }
+        )*
+
+        impl PolicyFigures {
+            /// The policy's name in a config (`time_window`), for logs and
+            /// metric labels.
+            pub fn policy(&self) -> &'static str {
+                match self {
+                    $(PolicyFigures::$ty(_) => $key,)*
+                    PolicyFigures::AnyOf(_) => ANY_OF,
+                }
+            }
+
+            /// The figures as the policy shows them, whichever it is.
+            fn shown(&self) -> &dyn Figures {
+                match self {
+                    $(PolicyFigures::$ty(figures) => figures,)*
+                    PolicyFigures::AnyOf(members) => members,
+                }
+            }
+        }
+
         /// Each policy a config file may name as a table of settings, by
         /// its name: the settings it knows, and how it reads them.
         #[cfg(feature = "serde")]
@@ -90,13 +133,13 @@ macro_rules! policies {
 }
 
 policies! {
-    ConsecutiveFailures in consecutive as "consecutive_failures",
-    CountWindow in count_window as "count_window",
-    TimeWindow in time_window as "time_window",
-    SlowCalls in slow_calls as "slow_calls",
-    Adaptive in adaptive as "adaptive",
-    PerClass in per_class as "per_class",
-    FailuresWithin in failures_within as "failures_within",
+    ConsecutiveFailures(ConsecutiveFailuresFigures) in consecutive as "consecutive_failures",
+    CountWindow(CountWindowFigures) in count_window as "count_window",
+    TimeWindow(TimeWindowFigures) in time_window as "time_window",
+    SlowCalls(SlowCallsFigures) in slow_calls as "slow_calls",
+    Adaptive(AdaptiveFigures) in adaptive as "adaptive",
+    PerClass(PerClassFigures) in per_class as "per_class",
+    FailuresWithin(FailuresWithinFigures) in failures_within as "failures_within",
 }
 
 mod any_of;
@@ -284,47 +327,14 @@ impl Default for TripPolicy {
     }
 }
 
-/// Why a breaker opened: the policy that tripped and its figures, or a
-/// failed probe.
+/// Why a breaker opened: a policy tripped (with its figures), or a probe
+/// failed, or something outside the calls decided.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum TripReason {
-    /// [`ConsecutiveFailures`] tripped after `failures` in a row.
-    ConsecutiveFailures {
-        /// Failures in a row.
-        failures: u32,
-    },
-    /// [`CountWindow`] tripped with `failures` of the last `window` outcomes.
-    CountWindow {
-        /// Failures counted in the window.
-        failures: u32,
-        /// Size of the window.
-        window: u32,
-    },
-    /// [`TimeWindow`] tripped with `failures` of `calls` in the window.
-    TimeWindow {
-        /// Failures in the window.
-        failures: u32,
-        /// Calls in the window.
-        calls: u32,
-    },
-    /// [`SlowCalls`] tripped with `slow` of `calls` in the window.
-    SlowCalls {
-        /// Slow calls in the window.
-        slow: u32,
-        /// Calls in the window.
-        calls: u32,
-    },
-    /// [`Adaptive`] tripped with `failures` in the last `calls`, significantly
-    /// more than its learned `baseline` failure rate gives.
-    Adaptive {
-        /// Failures since the test's evidence last stood at zero.
-        failures: u32,
-        /// Calls since the test's evidence last stood at zero.
-        calls: u32,
-        /// The baseline failure rate learned, in [0, 1].
-        baseline: f64,
-    },
+    /// A trip policy tripped, with its figures as it did
+    /// ([`PolicyFigures::policy`] names it).
+    Policy(PolicyFigures),
     /// A [`PerClass`] member tripped: the class whose failures it counts,
     /// and its own reason.
     PerClass {
@@ -332,13 +342,6 @@ pub enum TripReason {
         class: crate::outcome::FailureClass,
         /// Why that class's policy tripped.
         reason: Box<TripReason>,
-    },
-    /// [`FailuresWithin`] tripped: `failures` failures within `period`.
-    FailuresWithin {
-        /// Failures within the period (the policy's threshold).
-        failures: u32,
-        /// The period.
-        period: std::time::Duration,
     },
     /// A half-open probe failed.
     ProbeFailed,
@@ -372,16 +375,11 @@ pub enum TripReason {
 
 impl TripReason {
     /// A short name for the policy or event behind this reason, for logs and
-    /// metric labels.
+    /// metric labels: the policy's name in a config, or the event's.
     pub fn policy(&self) -> &'static str {
         match self {
-            TripReason::ConsecutiveFailures { .. } => "consecutive_failures",
-            TripReason::CountWindow { .. } => "count_window",
-            TripReason::TimeWindow { .. } => "time_window",
-            TripReason::SlowCalls { .. } => "slow_calls",
-            TripReason::Adaptive { .. } => "adaptive",
+            TripReason::Policy(figures) => figures.policy(),
             TripReason::PerClass { reason, .. } => reason.policy(),
-            TripReason::FailuresWithin { .. } => "failures_within",
             TripReason::ProbeFailed => "probe_failed",
             TripReason::ProbeTimedOut => "probe_timed_out",
             TripReason::ProbeCancelled => "probe_cancelled",
@@ -391,33 +389,14 @@ impl TripReason {
             TripReason::Signal { .. } => "signal",
         }
     }
-}
 
-impl TripReason {
-    /// A policy's trip figures that are whole numbers, by name (the serde
-    /// form's fields); none for the other reasons.
-    #[cfg(feature = "serde")]
-    pub(crate) fn counts(&self) -> Vec<(&'static str, u32)> {
-        match *self {
-            TripReason::ConsecutiveFailures { failures } => vec![("failures", failures)],
-            TripReason::CountWindow { failures, window } => {
-                vec![("failures", failures), ("window", window)]
-            }
-            TripReason::TimeWindow { failures, calls } => {
-                vec![("failures", failures), ("calls", calls)]
-            }
-            TripReason::SlowCalls { slow, calls } => vec![("slow", slow), ("calls", calls)],
-            TripReason::Adaptive {
-                failures, calls, ..
-            } => vec![("failures", failures), ("calls", calls)],
-            TripReason::FailuresWithin { failures, period } => vec![
-                ("failures", failures),
-                (
-                    "period_ms",
-                    u32::try_from(period.as_millis()).unwrap_or(u32::MAX),
-                ),
-            ],
-            _ => Vec::new(),
+    /// The figures of the policy that tripped, a per-class member's
+    /// included; none for the other reasons.
+    pub fn figures(&self) -> Option<&PolicyFigures> {
+        match self {
+            TripReason::Policy(figures) => Some(figures),
+            TripReason::PerClass { reason, .. } => reason.figures(),
+            _ => None,
         }
     }
 }
@@ -425,34 +404,8 @@ impl TripReason {
 impl fmt::Display for TripReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TripReason::ConsecutiveFailures { failures } => {
-                write!(f, "{failures} consecutive failures")
-            }
-            TripReason::CountWindow { failures, window } => {
-                write!(f, "{failures} failures in the last {window} calls")
-            }
-            TripReason::TimeWindow { failures, calls } => {
-                write!(
-                    f,
-                    "{failures} failures in {calls} calls within the time window"
-                )
-            }
-            TripReason::SlowCalls { slow, calls } => {
-                write!(f, "{slow} slow calls in {calls} calls")
-            }
-            TripReason::Adaptive {
-                failures,
-                calls,
-                baseline,
-            } => write!(
-                f,
-                "{failures} failures in the last {calls} calls, significantly above the baseline failure rate of {:.2}%",
-                baseline * 100.0
-            ),
+            TripReason::Policy(figures) => figures.shown().tripped(f),
             TripReason::PerClass { class, reason } => write!(f, "{reason} of class {class}"),
-            TripReason::FailuresWithin { failures, period } => {
-                write!(f, "{failures} failures within {period:?}")
-            }
             TripReason::ProbeFailed => f.write_str("half-open probe failed"),
             TripReason::ProbeTimedOut => f.write_str("half-open probe timed out"),
             TripReason::ProbeCancelled => f.write_str("half-open probe cancelled by its caller"),
@@ -468,123 +421,43 @@ impl fmt::Display for TripReason {
     }
 }
 
-/// A policy's current figures, as shown by a [`Snapshot`](crate::Snapshot).
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub enum PolicyFigures {
-    /// Failures in a row so far, and the threshold.
-    ConsecutiveFailures {
-        /// Failures in a row.
-        failures: u32,
-        /// Threshold that trips.
-        threshold: u32,
-    },
-    /// Failures inside the window (by count and age), the failures that trip,
-    /// and the window size.
-    CountWindow {
-        /// Failures in the window.
-        failures: u32,
-        /// Failures that trip.
-        threshold: u32,
-        /// Size of the window.
-        window: u32,
-    },
-    /// Calls and failures inside the time window.
-    TimeWindow {
-        /// Calls in the window.
-        calls: u32,
-        /// Failures in the window.
-        failures: u32,
-    },
-    /// Calls and slow calls inside the window.
-    SlowCalls {
-        /// Calls in the window.
-        calls: u32,
-        /// Slow calls in the window.
-        slow: u32,
-    },
-    /// The learned baseline and the test against it.
-    Adaptive {
-        /// The baseline failure rate learned, in [0, 1].
-        baseline: f64,
-        /// Outcomes the baseline has learned.
-        learned: u64,
-        /// The evidence (log-likelihood ratio) of the test nearest to
-        /// tripping...
-        statistic: f64,
-        /// ...and the evidence that trips it.
-        threshold: f64,
-        /// Still in its learning phase: it learns from its own trips, and
-        /// may trip on normal runs of failures it has not seen yet (see
-        /// [`Adaptive`]'s learning phase for how often).
-        learning: bool,
-        /// While warming up, the figures of the fallback policy, which
-        /// judges until then.
-        fallback: Option<Box<PolicyFigures>>,
-    },
-    /// Failures within the period now, and the failures that trip.
-    FailuresWithin {
-        /// Failures within the period.
-        failures: u32,
-        /// Failures that trip.
-        threshold: u32,
-    },
-    /// Figures of each member, in order.
-    AnyOf(Vec<PolicyFigures>),
-    /// The figures of a [`PerClass`]: its rest's, and each class's.
-    PerClass {
-        /// The policy of the failures of classes not named.
-        rest: Box<PolicyFigures>,
-        /// Each class named, with its policy's figures.
-        classes: Vec<(crate::outcome::FailureClass, PolicyFigures)>,
-    },
+impl PolicyFigures {
+    /// Its figures by name, as the serde form writes them.
+    #[cfg(feature = "serde")]
+    pub(crate) fn fields(&self) -> Vec<(&'static str, Figure<'_>)> {
+        self.shown().fields()
+    }
 }
 
-impl PolicyFigures {
-    /// The policy's name and its figures by name, for the policies whose
-    /// figures are whole numbers (the serde form's fields); the composite
-    /// and adaptive policies' are written apart, and have none here.
+/// What a policy's figures are to their readers: each policy's figures
+/// type implements it in the policy's file.
+pub(crate) trait Figures {
+    /// The trip these figures describe, in words (`5 consecutive
+    /// failures`): a [`TripReason`]'s text.
+    fn tripped(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
+
+    /// Its figures by name, as the serde form writes them.
     #[cfg(feature = "serde")]
-    pub(crate) fn counts(&self) -> (&'static str, Vec<(&'static str, u32)>) {
-        match *self {
-            PolicyFigures::ConsecutiveFailures {
-                failures,
-                threshold,
-            } => (
-                "consecutive_failures",
-                vec![("failures", failures), ("threshold", threshold)],
-            ),
-            PolicyFigures::CountWindow {
-                failures,
-                threshold,
-                window,
-            } => (
-                "count_window",
-                vec![
-                    ("failures", failures),
-                    ("threshold", threshold),
-                    ("window", window),
-                ],
-            ),
-            PolicyFigures::TimeWindow { calls, failures } => (
-                "time_window",
-                vec![("calls", calls), ("failures", failures)],
-            ),
-            PolicyFigures::SlowCalls { calls, slow } => {
-                ("slow_calls", vec![("calls", calls), ("slow", slow)])
-            }
-            PolicyFigures::FailuresWithin {
-                failures,
-                threshold,
-            } => (
-                "failures_within",
-                vec![("failures", failures), ("threshold", threshold)],
-            ),
-            PolicyFigures::Adaptive { .. } => ("adaptive", Vec::new()),
-            PolicyFigures::AnyOf(_) => ("any_of", Vec::new()),
-            PolicyFigures::PerClass { .. } => ("per_class", Vec::new()),
-        }
-    }
+    fn fields(&self) -> Vec<(&'static str, Figure<'_>)>;
+}
+
+/// One figure of a policy, as the serde form writes it.
+#[cfg(feature = "serde")]
+pub(crate) enum Figure<'a> {
+    /// A whole number.
+    Count(u64),
+    /// A number, such as a rate.
+    Number(f64),
+    /// Yes or no.
+    Flag(bool),
+    /// A duration, written in whole milliseconds.
+    Duration(Duration),
+    /// Another policy's figures, if any.
+    Figures(Option<&'a PolicyFigures>),
+    /// Other policies' figures, in order.
+    Members(&'a [PolicyFigures]),
+    /// Each failure class's policy's figures.
+    Classes(&'a [(FailureClass, PolicyFigures)]),
 }
 
 /// One recorded closed-state outcome.

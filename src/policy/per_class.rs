@@ -1,12 +1,13 @@
 //! Thresholds per failure class: a policy for each class a user names, and
 //! one for every other failure.
 
+use std::fmt;
 use std::time::Duration;
 
 #[cfg(feature = "serde")]
-use super::{required, FromFile, Written};
+use super::{required, Figure, FromFile, Written};
 use super::time_window::Buckets;
-use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripPolicy, TripReason};
+use super::{Figures, Policy, PolicyFigures, PolicyState, Rule, Sample, TripPolicy, TripReason};
 use crate::error::ConfigError;
 use crate::outcome::FailureClass;
 
@@ -205,14 +206,44 @@ impl Rule for Split {
     }
 
     fn figures(&self, now_ms: u64) -> PolicyFigures {
-        PolicyFigures::PerClass {
+        PolicyFigures::PerClass(PerClassFigures {
             rest: Box::new(self.rest.figures(now_ms)),
             classes: self
                 .classes
                 .iter()
                 .map(|(class, p)| (*class, p.figures(now_ms)))
                 .collect(),
+        })
+    }
+}
+
+/// [`PerClass`]'s figures: its rest's, and each class's. (A member that
+/// trips is named by [`TripReason::PerClass`], with its own figures.)
+#[derive(Clone, Debug, PartialEq)]
+pub struct PerClassFigures {
+    /// The policy of the failures of classes not named.
+    pub rest: Box<PolicyFigures>,
+    /// Each class named, with its policy's figures.
+    pub classes: Vec<(FailureClass, PolicyFigures)>,
+}
+
+impl Figures for PerClassFigures {
+    fn tripped(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.rest.shown().tripped(f)?;
+        for (class, figures) in &self.classes {
+            f.write_str("; ")?;
+            figures.shown().tripped(f)?;
+            write!(f, " of class {class}")?;
         }
+        Ok(())
+    }
+
+    #[cfg(feature = "serde")]
+    fn fields(&self) -> Vec<(&'static str, Figure<'_>)> {
+        vec![
+            ("rest", Figure::Figures(Some(&self.rest))),
+            ("classes", Figure::Classes(&self.classes)),
+        ]
     }
 }
 
@@ -234,6 +265,15 @@ mod tests {
         class: None,
         elapsed: None,
     };
+
+    fn in_a_row(failures: u32, threshold: u32) -> TripReason {
+        TripReason::Policy(PolicyFigures::ConsecutiveFailures(
+            crate::policy::ConsecutiveFailuresFigures {
+                failures,
+                threshold,
+            },
+        ))
+    }
 
     fn split() -> Split {
         Split::new(
@@ -259,7 +299,7 @@ mod tests {
             split.record(failure(Some(FailureClass::Timeout)), 0),
             Some(TripReason::PerClass {
                 class: FailureClass::Timeout,
-                reason: Box::new(TripReason::ConsecutiveFailures { failures: 3 }),
+                reason: Box::new(in_a_row(3, 3)),
             })
         );
     }
@@ -292,7 +332,7 @@ mod tests {
         }
         assert_eq!(
             split.record(failure(Some(FailureClass::Stream)), 0),
-            Some(TripReason::ConsecutiveFailures { failures: 5 })
+            Some(in_a_row(5, 5))
         );
     }
 

@@ -1,13 +1,14 @@
 //! Slow calls: trip on the share of calls slower than a threshold.
 
+use std::fmt;
 use std::time::Duration;
 
 #[cfg(feature = "serde")]
 use super::time_window::DEFAULT_BUCKETS;
 #[cfg(feature = "serde")]
-use super::{required, FromFile, Written};
+use super::{required, Figure, FromFile, Written};
 use super::time_window::{trips, validate_min_calls, validate_rate, validate_time, Buckets};
-use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
+use super::{Figures, Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
 use crate::error::ConfigError;
 
 /// The largest count window a slow-call policy may keep (one byte per call).
@@ -253,8 +254,9 @@ impl Rule for SlowRate {
             Counter::Time(buckets) => buckets.add(slow, now_ms),
         }
         let (calls, slow) = self.totals(now_ms);
-        trips(calls, slow, self.min_calls, self.rate)
-            .then_some(TripReason::SlowCalls { slow, calls })
+        trips(calls, slow, self.min_calls, self.rate).then_some(TripReason::Policy(
+            PolicyFigures::SlowCalls(SlowCallsFigures { calls, slow }),
+        ))
     }
 
     /// Whether a call no slower than the threshold must be recorded at
@@ -288,6 +290,29 @@ impl Rule for SlowRate {
 
     fn figures(&self, now_ms: u64) -> PolicyFigures {
         let (calls, slow) = self.totals(now_ms);
-        PolicyFigures::SlowCalls { calls, slow }
+        PolicyFigures::SlowCalls(SlowCallsFigures { calls, slow })
+    }
+}
+
+/// [`SlowCalls`]'s figures: calls and slow calls inside the window.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlowCallsFigures {
+    /// Calls in the window.
+    pub calls: u32,
+    /// Slow calls in the window.
+    pub slow: u32,
+}
+
+impl Figures for SlowCallsFigures {
+    fn tripped(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} slow calls in {} calls", self.slow, self.calls)
+    }
+
+    #[cfg(feature = "serde")]
+    fn fields(&self) -> Vec<(&'static str, Figure<'_>)> {
+        vec![
+            ("calls", Figure::Count(self.calls.into())),
+            ("slow", Figure::Count(self.slow.into())),
+        ]
     }
 }

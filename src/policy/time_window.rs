@@ -1,10 +1,11 @@
 //! Time window: trip on the failure rate over the last stretch of time.
 
+use std::fmt;
 use std::time::Duration;
 
 #[cfg(feature = "serde")]
-use super::{required, FromFile, Written};
-use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
+use super::{required, Figure, FromFile, Written};
+use super::{Figures, Policy, PolicyFigures, PolicyState, Rule, Sample, TripReason};
 use crate::error::ConfigError;
 use crate::millis::millis;
 
@@ -338,8 +339,9 @@ impl Rule for FailureRate {
     fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
         self.buckets.add(sample.failure, now_ms);
         let (calls, failures) = (self.buckets.calls, self.buckets.hits);
-        trips(calls, failures, self.min_calls, self.rate)
-            .then_some(TripReason::TimeWindow { failures, calls })
+        trips(calls, failures, self.min_calls, self.rate).then_some(TripReason::Policy(
+            PolicyFigures::TimeWindow(TimeWindowFigures { calls, failures }),
+        ))
     }
 
     /// Whether a success could trip it, and so must be recorded at once.
@@ -357,7 +359,34 @@ impl Rule for FailureRate {
 
     fn figures(&self, now_ms: u64) -> PolicyFigures {
         let (calls, failures) = self.buckets.totals(now_ms);
-        PolicyFigures::TimeWindow { calls, failures }
+        PolicyFigures::TimeWindow(TimeWindowFigures { calls, failures })
+    }
+}
+
+/// [`TimeWindow`]'s figures: calls and failures inside the window.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimeWindowFigures {
+    /// Calls in the window.
+    pub calls: u32,
+    /// Failures in the window.
+    pub failures: u32,
+}
+
+impl Figures for TimeWindowFigures {
+    fn tripped(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} failures in {} calls within the time window",
+            self.failures, self.calls
+        )
+    }
+
+    #[cfg(feature = "serde")]
+    fn fields(&self) -> Vec<(&'static str, Figure<'_>)> {
+        vec![
+            ("calls", Figure::Count(self.calls.into())),
+            ("failures", Figure::Count(self.failures.into())),
+        ]
     }
 }
 

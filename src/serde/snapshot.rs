@@ -7,7 +7,7 @@ use crate::breaker::{Counts, Snapshot};
 use crate::events::State;
 use crate::events::Transition;
 use crate::millis::{millis, millis_up};
-use crate::policy::{PolicyFigures, TripReason};
+use crate::policy::{Figure, PolicyFigures, TripReason};
 
 /// As its snake-case name: `"closed"`, `"open"`, `"half_open"`,
 /// `"forced_open"`, `"forced_closed"` or `"disabled"`.
@@ -38,18 +38,15 @@ impl Serialize for Counts {
 }
 
 /// As a struct: `policy` (the name [`TripReason::policy`] gives), the
-/// figures of the trip if any (`failures`, `window`, `calls`, `slow`,
-/// `baseline` for an adaptive policy, or `retry_after_ms` for a pushback),
-/// and `message`, the reason in words; a per-class trip has its `class` and
-/// its member's `reason`.
+/// figures of the policy that tripped if one did (as [`PolicyFigures`]
+/// writes them), a pushback's `retry_after_ms`, and `message`, the reason
+/// in words; a per-class trip has its `class` and its member's `reason`.
 impl Serialize for TripReason {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        // Whole-number figures, then an adaptive trip's baseline or a
-        // pushback's wait.
-        let (baseline, retry_after_ms) = match *self {
-            TripReason::Adaptive { baseline, .. } => (Some(baseline), None),
-            TripReason::Pushback { retry_after } => (None, Some(millis_up(retry_after))),
-            TripReason::PerClass { class, ref reason } => {
+        let mut fields = Vec::new();
+        match self {
+            TripReason::Policy(figures) => fields = figures.fields(),
+            TripReason::PerClass { class, reason } => {
                 let mut s = serializer.serialize_struct("TripReason", 4)?;
                 s.serialize_field("policy", self.policy())?;
                 s.serialize_field("class", class.name())?;
@@ -57,23 +54,15 @@ impl Serialize for TripReason {
                 s.serialize_field("message", &self.to_string())?;
                 return s.end();
             }
-            _ => (None, None),
-        };
-        let figures = self.counts();
-        let len = 2
-            + figures.len()
-            + usize::from(baseline.is_some())
-            + usize::from(retry_after_ms.is_some());
-        let mut s = serializer.serialize_struct("TripReason", len)?;
+            TripReason::Pushback { retry_after } => {
+                fields.push(("retry_after_ms", Figure::Duration(*retry_after)));
+            }
+            _ => {}
+        }
+        let mut s = serializer.serialize_struct("TripReason", 2 + fields.len())?;
         s.serialize_field("policy", self.policy())?;
-        for (name, value) in &figures {
-            s.serialize_field(name, value)?;
-        }
-        if let Some(baseline) = baseline {
-            s.serialize_field("baseline", &baseline)?;
-        }
-        if let Some(retry_after_ms) = retry_after_ms {
-            s.serialize_field("retry_after_ms", &retry_after_ms)?;
+        for (name, figure) in &fields {
+            s.serialize_field(name, &Written(figure))?;
         }
         s.serialize_field("message", &self.to_string())?;
         s.end()
@@ -81,17 +70,36 @@ impl Serialize for TripReason {
 }
 
 /// As a struct: `policy` (its key in a config, such as `time_window`) and
-/// its figures by name; an any-of holds its members' in `members`, a per-class policy
-/// its rest's in `rest` and each class's in `classes` (`class`, `figures`), an adaptive policy its
-/// `baseline`, `learned`, `statistic`, `threshold`, `learning` and, while warming up,
-/// its fallback's figures in `fallback` (otherwise null).
+/// its figures by name (a duration in whole milliseconds, in a field named
+/// `_ms`); an any-of holds its members' in `members`, a per-class policy
+/// its rest's in `rest` and each class's in `classes` (`class`,
+/// `figures`), an adaptive policy its fallback's in `fallback` while
+/// warming up (otherwise null).
 impl Serialize for PolicyFigures {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match *self {
-            PolicyFigures::PerClass {
-                ref rest,
-                ref classes,
-            } => {
+        let fields = self.fields();
+        let mut s = serializer.serialize_struct("PolicyFigures", 1 + fields.len())?;
+        s.serialize_field("policy", self.policy())?;
+        for (name, figure) in &fields {
+            s.serialize_field(name, &Written(figure))?;
+        }
+        s.end()
+    }
+}
+
+/// A policy's figure as written.
+struct Written<'a>(&'a Figure<'a>);
+
+impl Serialize for Written<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match *self.0 {
+            Figure::Count(count) => serializer.serialize_u64(count),
+            Figure::Number(number) => serializer.serialize_f64(number),
+            Figure::Flag(flag) => serializer.serialize_bool(flag),
+            Figure::Duration(duration) => serializer.serialize_u64(millis(duration)),
+            Figure::Figures(figures) => figures.serialize(serializer),
+            Figure::Members(members) => members.serialize(serializer),
+            Figure::Classes(classes) => {
                 /// One class's figures, as `{ "class": .., "figures": .. }`.
                 struct Member<'a>(&'a (crate::classify::FailureClass, PolicyFigures));
                 impl Serialize for Member<'_> {
@@ -102,46 +110,9 @@ impl Serialize for PolicyFigures {
                         s.end()
                     }
                 }
-                let members: Vec<Member<'_>> = classes.iter().map(Member).collect();
-                let mut s = serializer.serialize_struct("PolicyFigures", 3)?;
-                s.serialize_field("policy", "per_class")?;
-                s.serialize_field("rest", rest)?;
-                s.serialize_field("classes", &members)?;
-                return s.end();
+                serializer.collect_seq(classes.iter().map(Member))
             }
-            PolicyFigures::AnyOf(ref members) => {
-                let mut s = serializer.serialize_struct("PolicyFigures", 2)?;
-                s.serialize_field("policy", "any_of")?;
-                s.serialize_field("members", members)?;
-                return s.end();
-            }
-            PolicyFigures::Adaptive {
-                baseline,
-                learned,
-                statistic,
-                threshold,
-                learning,
-                ref fallback,
-            } => {
-                let mut s = serializer.serialize_struct("PolicyFigures", 7)?;
-                s.serialize_field("policy", "adaptive")?;
-                s.serialize_field("baseline", &baseline)?;
-                s.serialize_field("learned", &learned)?;
-                s.serialize_field("statistic", &statistic)?;
-                s.serialize_field("threshold", &threshold)?;
-                s.serialize_field("learning", &learning)?;
-                s.serialize_field("fallback", fallback)?;
-                return s.end();
-            }
-            _ => {}
         }
-        let (policy, figures) = self.counts();
-        let mut s = serializer.serialize_struct("PolicyFigures", 1 + figures.len())?;
-        s.serialize_field("policy", policy)?;
-        for (name, value) in &figures {
-            s.serialize_field(name, value)?;
-        }
-        s.end()
     }
 }
 

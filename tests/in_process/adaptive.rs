@@ -22,6 +22,9 @@ use tokio::time::advance;
 use tower_circuit_breaker::policy::{
     Adaptive, ConsecutiveFailures, CountWindow, PolicyFigures, TripPolicy, TripReason,
 };
+use tower_circuit_breaker::policy::{
+    AdaptiveFigures, ConsecutiveFailuresFigures, CountWindowFigures,
+};
 use tower_circuit_breaker::{Breaker, Config, State};
 
 use common::{assert_policy_rejected, assert_rejected, builder, Call, Harness};
@@ -116,10 +119,10 @@ async fn warm_up(h: &mut Harness, provider: &mut impl Source) -> Tally {
     let mut tally = Tally::default();
     while matches!(
         h.breaker.snapshot().policy,
-        PolicyFigures::Adaptive {
+        PolicyFigures::Adaptive(AdaptiveFigures {
             fallback: Some(_),
             ..
-        }
+        })
     ) {
         let chunk = traffic(h, provider, 100).await;
         tally.judged += chunk.judged;
@@ -131,9 +134,9 @@ async fn warm_up(h: &mut Harness, provider: &mut impl Source) -> Tally {
 /// The baseline and the outcomes learned, from the snapshot.
 fn baseline(breaker: &Breaker) -> (f64, u64) {
     match breaker.snapshot().policy {
-        PolicyFigures::Adaptive {
+        PolicyFigures::Adaptive(AdaptiveFigures {
             baseline, learned, ..
-        } => (baseline, learned),
+        }) => (baseline, learned),
         other => panic!("not an adaptive policy: {other:?}"),
     }
 }
@@ -318,7 +321,7 @@ async fn the_baseline_does_not_move_while_open_or_half_open() {
     }
     assert!(matches!(
         h.breaker.snapshot().last_trip,
-        Some(TripReason::Adaptive { .. })
+        Some(TripReason::Policy(PolicyFigures::Adaptive(_)))
     ));
     assert_eq!(baseline(&h.breaker), before);
     for _ in 0..100 {
@@ -359,7 +362,7 @@ async fn a_manual_reset_clears_the_test_and_keeps_the_baseline() {
     h.breaker.reset();
     assert_eq!(baseline(&h.breaker), learned);
     match h.breaker.snapshot().policy {
-        PolicyFigures::Adaptive { statistic, .. } => assert_eq!(statistic, 0.0),
+        PolicyFigures::Adaptive(AdaptiveFigures { statistic, .. }) => assert_eq!(statistic, 0.0),
         other => panic!("{other:?}"),
     }
 }
@@ -396,11 +399,12 @@ async fn a_rise_from_two_to_forty_percent_trips_it_and_is_named() {
     let calls = until_open(&mut h, &mut provider, 200).await;
     assert!(calls.is_some(), "a 40% failure rate went unnoticed");
     match h.breaker.snapshot().last_trip {
-        Some(TripReason::Adaptive {
+        Some(TripReason::Policy(PolicyFigures::Adaptive(AdaptiveFigures {
             failures,
             calls,
             baseline,
-        }) => {
+            ..
+        }))) => {
             assert!(failures <= calls && failures >= 2, "{failures} of {calls}");
             assert!((baseline - 0.02).abs() < 0.005, "{baseline}");
         }
@@ -427,10 +431,14 @@ async fn adaptive_or_five_failures_in_five_calls_trips_on_whichever_sees_it_firs
     h.fail(5).await;
     assert_eq!(
         h.breaker.snapshot().last_trip,
-        Some(TripReason::CountWindow {
-            failures: 5,
-            window: 5
-        })
+        Some(TripReason::Policy(
+            CountWindowFigures {
+                failures: 5,
+                threshold: 5,
+                window: 5
+            }
+            .into()
+        ))
     );
     advance(h.breaker.retry_after().unwrap_or_default()).await;
     h.through(Call::Ok).await;
@@ -439,7 +447,7 @@ async fn adaptive_or_five_failures_in_five_calls_trips_on_whichever_sees_it_firs
     assert!(until_open(&mut h, &mut provider, 2_000).await.is_some());
     let last = h.breaker.snapshot().last_trip;
     assert!(
-        matches!(last, Some(TripReason::Adaptive { .. })),
+        matches!(last, Some(TripReason::Policy(PolicyFigures::Adaptive(_)))),
         "{last:?}"
     );
 }
@@ -449,16 +457,18 @@ async fn figures_show_the_fallback_while_warming_up_then_the_baseline_and_the_te
     let mut h = Harness::new(Adaptive::new().warm_up(1_000));
     h.fail(2).await;
     match h.breaker.snapshot().policy {
-        PolicyFigures::Adaptive {
+        PolicyFigures::Adaptive(AdaptiveFigures {
             learned, fallback, ..
-        } => {
+        }) => {
             assert_eq!(learned, 0);
             assert_eq!(
                 fallback.as_deref(),
-                Some(&PolicyFigures::ConsecutiveFailures {
-                    failures: 2,
-                    threshold: 5
-                })
+                Some(&PolicyFigures::ConsecutiveFailures(
+                    ConsecutiveFailuresFigures {
+                        failures: 2,
+                        threshold: 5
+                    }
+                ))
             );
         }
         other => panic!("{other:?}"),
@@ -466,14 +476,15 @@ async fn figures_show_the_fallback_while_warming_up_then_the_baseline_and_the_te
     h.succeed(1_500).await;
     h.fail(1).await;
     match h.breaker.snapshot().policy {
-        PolicyFigures::Adaptive {
+        PolicyFigures::Adaptive(AdaptiveFigures {
             baseline,
             learned,
             statistic,
             threshold,
             learning,
             fallback,
-        } => {
+            ..
+        }) => {
             assert!(learned >= 1_000, "{learned}");
             assert!(learning, "20,000 outcomes are not learned yet");
             assert!(baseline < 0.01, "{baseline}");
@@ -498,10 +509,14 @@ async fn the_fallback_judges_during_the_warm_up() {
     h.fail(3).await;
     assert_eq!(
         h.breaker.snapshot().last_trip,
-        Some(TripReason::CountWindow {
-            failures: 3,
-            window: 10
-        })
+        Some(TripReason::Policy(
+            CountWindowFigures {
+                failures: 3,
+                threshold: 3,
+                window: 10
+            }
+            .into()
+        ))
     );
 }
 
@@ -559,9 +574,9 @@ fn a_warm_up_judged_by_consecutive_failures_trips_on_normal_runs() {
 #[tokio::test(start_paused = true)]
 async fn figures_say_when_the_learning_phase_is_over() {
     let learning = |h: &Harness| match h.breaker.snapshot().policy {
-        PolicyFigures::Adaptive {
+        PolicyFigures::Adaptive(AdaptiveFigures {
             learning, fallback, ..
-        } => {
+        }) => {
             assert_eq!(fallback, None, "no warm-up by default");
             learning
         }

@@ -15,6 +15,7 @@ use crate::common;
 use crate::common::failures;
 
 use tokio::time::advance;
+use tower_circuit_breaker::policy::AdaptiveFigures;
 use tower_circuit_breaker::policy::{Adaptive, PolicyFigures, TripReason};
 use tower_circuit_breaker::{Breaker, State};
 
@@ -56,7 +57,7 @@ async fn settle(h: &mut Harness) {
 /// The baseline the tests take as normal, from the snapshot.
 fn baseline(breaker: &Breaker) -> f64 {
     match breaker.snapshot().policy {
-        PolicyFigures::Adaptive { baseline, .. } => baseline,
+        PolicyFigures::Adaptive(AdaptiveFigures { baseline, .. }) => baseline,
         other => panic!("not an adaptive policy: {other:?}"),
     }
 }
@@ -146,7 +147,7 @@ async fn a_rise_of_the_smallest_degradation_still_trips_at_once() {
         }
         assert!(matches!(
             h.breaker.snapshot().last_trip,
-            Some(TripReason::Adaptive { .. })
+            Some(TripReason::Policy(PolicyFigures::Adaptive(_)))
         ));
         settle(&mut h).await;
         trips(&mut h, &mut provider, 10_000).await;

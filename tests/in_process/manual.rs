@@ -9,6 +9,7 @@ use tokio::sync::broadcast::error::TryRecvError;
 use tokio::time::advance;
 use tower::{BoxError, Service, ServiceExt};
 use tower_circuit_breaker::events::Transition;
+use tower_circuit_breaker::policy::ConsecutiveFailuresFigures;
 use tower_circuit_breaker::policy::{ConsecutiveFailures, TripReason};
 use tower_circuit_breaker::{
     Breaker, BreakerGroup, CircuitBreaker, CircuitOpen, Config, Readiness, State,
@@ -164,7 +165,13 @@ async fn shadow_mode_never_refuses_yet_reports_the_trip() {
     );
     assert_eq!(
         opened.reason,
-        Some(TripReason::ConsecutiveFailures { failures: 2 })
+        Some(TripReason::Policy(
+            ConsecutiveFailuresFigures {
+                failures: 2,
+                threshold: 2
+            }
+            .into()
+        ))
     );
 
     // A real breaker would refuse these five; shadow lets them through

@@ -10,8 +10,9 @@ use std::time::Duration;
 use tokio::time::advance;
 use tower::{Service, ServiceExt};
 use tower_circuit_breaker::policy::{
-    ConsecutiveFailures, CountWindow, FailuresWithin, PolicyFigures, SlowCalls, TimeWindow,
-    TripPolicy, TripReason,
+    ConsecutiveFailures, ConsecutiveFailuresFigures, CountWindow, CountWindowFigures,
+    FailuresWithin, FailuresWithinFigures, PolicyFigures, SlowCalls, SlowCallsFigures, TimeWindow,
+    TimeWindowFigures, TripPolicy, TripReason,
 };
 use tower_circuit_breaker::{Breaker, Config, ConfigBuilder, State};
 
@@ -23,19 +24,28 @@ fn last_trip(h: &Harness) -> Option<TripReason> {
     h.breaker.snapshot().last_trip
 }
 
-/// The reason a count window of `window` calls trips with `failures` in it.
+/// The reason a count window of `window` calls trips with `failures` in it
+/// (its threshold).
 fn count_window_trip(failures: u32, window: u32) -> TripReason {
-    TripReason::CountWindow { failures, window }
+    let threshold = failures;
+    TripReason::Policy(
+        CountWindowFigures {
+            failures,
+            threshold,
+            window,
+        }
+        .into(),
+    )
 }
 
 /// The reason a time window trips with `failures` of `calls` failed.
 fn failure_rate_trip(failures: u32, calls: u32) -> TripReason {
-    TripReason::TimeWindow { failures, calls }
+    TripReason::Policy(TimeWindowFigures { calls, failures }.into())
 }
 
 /// What a time window shows holding `calls` calls, `failures` of them failed.
 fn time_window_figures(calls: u32, failures: u32) -> PolicyFigures {
-    PolicyFigures::TimeWindow { calls, failures }
+    PolicyFigures::TimeWindow(TimeWindowFigures { calls, failures })
 }
 
 /// Asserts the breaker is open and that `reason` is what tripped it last.
@@ -106,10 +116,10 @@ async fn consecutive_failures_interrupted_by_a_success_stay_closed() {
     assert_eq!(h.breaker.snapshot().counts.opened, 0);
     assert_closed_with(
         &h,
-        PolicyFigures::ConsecutiveFailures {
+        PolicyFigures::ConsecutiveFailures(ConsecutiveFailuresFigures {
             failures: 2,
             threshold: 3,
-        },
+        }),
     );
     h.through(Call::Ok).await;
 }
@@ -118,7 +128,13 @@ async fn consecutive_failures_interrupted_by_a_success_stay_closed() {
 async fn consecutive_failures_trip_on_the_kth_failure_in_a_row_naming_the_count() {
     let mut h = Harness::new(ConsecutiveFailures::new(3));
     h.fail(2).await;
-    let reason = TripReason::ConsecutiveFailures { failures: 3 };
+    let reason = TripReason::Policy(
+        ConsecutiveFailuresFigures {
+            failures: 3,
+            threshold: 3,
+        }
+        .into(),
+    );
     next_call_trips(&mut h, Call::Fail, reason).await;
     assert_eq!(h.breaker.snapshot().counts.opened, 1);
     h.refused().await;
@@ -128,7 +144,13 @@ async fn consecutive_failures_trip_on_the_kth_failure_in_a_row_naming_the_count(
 async fn consecutive_failures_of_one_trip_on_the_first_failure() {
     let mut h = Harness::new(ConsecutiveFailures::new(1));
     h.succeed(10).await;
-    let reason = TripReason::ConsecutiveFailures { failures: 1 };
+    let reason = TripReason::Policy(
+        ConsecutiveFailuresFigures {
+            failures: 1,
+            threshold: 1,
+        }
+        .into(),
+    );
     next_call_trips(&mut h, Call::Fail, reason).await;
 }
 
@@ -146,15 +168,20 @@ async fn failures_within_trip_on_the_kth_failure_in_the_period_whatever_the_succ
     }
     assert_closed_with(
         &h,
-        PolicyFigures::FailuresWithin {
+        PolicyFigures::FailuresWithin(FailuresWithinFigures {
             failures: 2,
             threshold: 3,
-        },
+            period: 10 * SEC,
+        }),
     );
-    let reason = TripReason::FailuresWithin {
-        failures: 3,
-        period: 10 * SEC,
-    };
+    let reason = TripReason::Policy(
+        FailuresWithinFigures {
+            failures: 3,
+            threshold: 3,
+            period: 10 * SEC,
+        }
+        .into(),
+    );
     next_call_trips(&mut h, Call::Fail, reason).await;
     h.refused().await;
 }
@@ -170,10 +197,11 @@ async fn failures_within_spread_wider_than_the_period_never_trip() {
     // The latest failure, 6 s ago, is the only one within the period.
     assert_closed_with(
         &h,
-        PolicyFigures::FailuresWithin {
+        PolicyFigures::FailuresWithin(FailuresWithinFigures {
             failures: 1,
             threshold: 3,
-        },
+            period: 10 * SEC,
+        }),
     );
     h.through(Call::Ok).await;
 }
@@ -277,11 +305,11 @@ async fn count_window_failures_older_than_stale_after_do_not_count() {
     let mut h = stale_after_a_minute_failed(2, 61, 1).await;
     assert_closed_with(
         &h,
-        PolicyFigures::CountWindow {
+        PolicyFigures::CountWindow(CountWindowFigures {
             failures: 1,
             threshold: 3,
             window: 10,
-        },
+        }),
     );
     advance(Duration::from_secs(61)).await;
     h.fail(2).await;
@@ -454,7 +482,7 @@ async fn successes_tallied_for_two_windows_of_different_buckets_count_in_each() 
         &h,
         PolicyFigures::AnyOf(vec![
             time_window_figures(0, 0),
-            PolicyFigures::SlowCalls { calls: 3, slow: 0 },
+            PolicyFigures::SlowCalls(SlowCallsFigures { calls: 3, slow: 0 }),
         ]),
     );
 }
@@ -538,7 +566,10 @@ async fn slow_calls_count_as_slow_whatever_their_outcome() {
     h.through(Call::SlowFail(FAST)).await;
     h.through(Call::Ok).await;
     h.through(Call::Fail).await;
-    assert_closed_with(&h, PolicyFigures::SlowCalls { calls: 6, slow: 2 });
+    assert_closed_with(
+        &h,
+        PolicyFigures::SlowCalls(SlowCallsFigures { calls: 6, slow: 2 }),
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -549,21 +580,27 @@ async fn slow_calls_fast_calls_and_fast_failures_never_trip() {
         h.through(Call::SlowFail(FAST)).await;
         h.through(Call::Fail).await;
     }
-    assert_closed_with(&h, PolicyFigures::SlowCalls { calls: 10, slow: 0 });
+    assert_closed_with(
+        &h,
+        PolicyFigures::SlowCalls(SlowCallsFigures { calls: 10, slow: 0 }),
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn slow_calls_exactly_at_the_threshold_are_not_slow() {
     let mut h = Harness::new(slow_calls(1, 0.5));
     h.through(Call::SlowOk(SEC)).await;
-    assert_closed_with(&h, PolicyFigures::SlowCalls { calls: 1, slow: 0 });
+    assert_closed_with(
+        &h,
+        PolicyFigures::SlowCalls(SlowCallsFigures { calls: 1, slow: 0 }),
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn slow_calls_below_min_calls_never_trip_even_all_slow() {
     let mut h = Harness::new(slow_calls(4, 0.5));
     h.repeat(3, Call::SlowOk(SLOW)).await;
-    let reason = TripReason::SlowCalls { slow: 4, calls: 4 };
+    let reason = TripReason::Policy(SlowCallsFigures { calls: 4, slow: 4 }.into());
     next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 
@@ -573,7 +610,7 @@ async fn slow_call_rate_trips_at_threshold_not_just_below() {
     h.repeat(3, Call::SlowOk(FAST)).await;
     h.through(Call::SlowOk(SLOW)).await; // 1 of 4
     h.through(Call::SlowOk(SLOW)).await; // 2 of 5
-    let reason = TripReason::SlowCalls { slow: 3, calls: 6 }; // 3 of 6
+    let reason = TripReason::Policy(SlowCallsFigures { calls: 6, slow: 3 }.into()); // 3 of 6
     next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 
@@ -583,7 +620,7 @@ async fn slow_call_window_trips_on_recent_slow_calls_after_many_fast_ones() {
     let mut h = Harness::new(SlowCalls::new(SEC).rate(0.5).over_calls(4).min_calls(4));
     h.succeed(100).await;
     h.through(Call::SlowOk(SLOW)).await;
-    let reason = TripReason::SlowCalls { slow: 2, calls: 4 };
+    let reason = TripReason::Policy(SlowCallsFigures { calls: 4, slow: 2 }.into());
     next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 
@@ -607,7 +644,9 @@ async fn slow_calls_running_concurrently_all_count_as_slow() {
     assert_eq!(b.state(), State::Open);
     assert_eq!(
         b.snapshot().last_trip,
-        Some(TripReason::SlowCalls { slow: 3, calls: 3 })
+        Some(TripReason::Policy(
+            SlowCallsFigures { calls: 3, slow: 3 }.into()
+        ))
     );
 }
 
@@ -617,7 +656,7 @@ async fn slow_call_rate_trips_at_exactly_seven_of_twenty_five_with_rate_0_28() {
     let mut h = Harness::new(SlowCalls::new(SEC).rate(0.28).over_calls(25).min_calls(25));
     h.succeed(18).await;
     h.repeat(6, Call::SlowOk(SLOW)).await;
-    let reason = TripReason::SlowCalls { slow: 7, calls: 25 };
+    let reason = TripReason::Policy(SlowCallsFigures { calls: 25, slow: 7 }.into());
     next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 
@@ -634,7 +673,7 @@ async fn slow_calls_over_time_trip_at_rate_within_the_window() {
     h.through(Call::Ok).await;
     h.through(Call::Ok).await;
     h.through(Call::SlowOk(SLOW)).await;
-    let reason = TripReason::SlowCalls { slow: 2, calls: 4 };
+    let reason = TripReason::Policy(SlowCallsFigures { calls: 4, slow: 2 }.into());
     next_call_trips(&mut h, Call::SlowFail(SLOW), reason).await;
 }
 
@@ -647,7 +686,10 @@ async fn slow_calls_over_time_aged_out_of_the_window_do_not_count() {
     // Counting the three old slow calls would make 4 of 7.
     h.succeed(3).await;
     h.through(Call::SlowOk(SLOW)).await;
-    assert_closed_with(&h, PolicyFigures::SlowCalls { calls: 4, slow: 1 });
+    assert_closed_with(
+        &h,
+        PolicyFigures::SlowCalls(SlowCallsFigures { calls: 4, slow: 1 }),
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -679,7 +721,13 @@ async fn any_of_opens_on_consecutive_failures_and_names_it_when_the_window_does_
         ConsecutiveFailures::new(2).into(),
     ]));
     h.fail(1).await;
-    let reason = TripReason::ConsecutiveFailures { failures: 2 };
+    let reason = TripReason::Policy(
+        ConsecutiveFailuresFigures {
+            failures: 2,
+            threshold: 2,
+        }
+        .into(),
+    );
     next_call_trips(&mut h, Call::Fail, reason).await;
 }
 
@@ -701,7 +749,13 @@ async fn any_of_names_the_first_member_in_order_when_two_trip_on_the_same_call()
     h.fail(3).await;
     assert_eq!(
         last_trip(&h),
-        Some(TripReason::ConsecutiveFailures { failures: 3 })
+        Some(TripReason::Policy(
+            ConsecutiveFailuresFigures {
+                failures: 3,
+                threshold: 3
+            }
+            .into()
+        ))
     );
 }
 
@@ -716,7 +770,7 @@ async fn any_of_opens_on_slow_calls_and_names_them() {
             .into(),
     ]));
     h.through(Call::SlowOk(SLOW)).await;
-    let reason = TripReason::SlowCalls { slow: 2, calls: 2 };
+    let reason = TripReason::Policy(SlowCallsFigures { calls: 2, slow: 2 }.into());
     next_call_trips(&mut h, Call::SlowOk(SLOW), reason).await;
 }
 
@@ -728,15 +782,15 @@ async fn any_of_stays_closed_while_no_member_trips() {
     assert_closed_with(
         &h,
         PolicyFigures::AnyOf(vec![
-            PolicyFigures::ConsecutiveFailures {
+            PolicyFigures::ConsecutiveFailures(ConsecutiveFailuresFigures {
                 failures: 0,
                 threshold: 3,
-            },
-            PolicyFigures::CountWindow {
+            }),
+            PolicyFigures::CountWindow(CountWindowFigures {
                 failures: 2,
                 threshold: 3,
                 window: 10,
-            },
+            }),
         ]),
     );
 }

@@ -16,6 +16,7 @@ use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_circuit_breaker::classify::{
     Classify, ClassifyEos, FailureClass, HttpClassifier, StreamingHttp,
 };
+use tower_circuit_breaker::policy::ConsecutiveFailuresFigures;
 use tower_circuit_breaker::policy::{ConsecutiveFailures, PerClass, SlowCalls, TripReason};
 use tower_circuit_breaker::{
     Breaker, CircuitBreaker, CircuitBreakerLayer, Config, LatencyTo, State,
@@ -304,7 +305,13 @@ async fn three_gateway_timeouts_open_it_among_rate_limits() {
         breaker.snapshot().last_trip,
         Some(TripReason::PerClass {
             class: FailureClass::Timeout,
-            reason: Box::new(TripReason::ConsecutiveFailures { failures: 3 }),
+            reason: Box::new(TripReason::Policy(
+                ConsecutiveFailuresFigures {
+                    failures: 3,
+                    threshold: 3
+                }
+                .into()
+            )),
         })
     );
 }

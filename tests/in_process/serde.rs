@@ -7,11 +7,16 @@ use std::time::Duration;
 
 use serde_json::json;
 use tower::{service_fn, BoxError, Service, ServiceExt};
+use tower_circuit_breaker::classify::FailureClass;
 use tower_circuit_breaker::events::Transition;
 use tower_circuit_breaker::policy::{
     Adaptive, ConsecutiveFailures, CountWindow, FailuresWithin, PolicyFigures, SlowCalls,
     TimeWindow, TripPolicy, TripReason,
 };
+use tower_circuit_breaker::policy::{
+    AdaptiveFigures, CountWindowFigures, FailuresWithinFigures, PerClassFigures, TimeWindowFigures,
+};
+use tower_circuit_breaker::policy::{ConsecutiveFailuresFigures, SlowCallsFigures};
 use tower_circuit_breaker::serialization::RegistryConfig;
 use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, Counts, State};
 
@@ -805,6 +810,7 @@ async fn a_snapshot_serializes_with_durations_in_milliseconds() {
             "last_trip": {
                 "policy": "consecutive_failures",
                 "failures": 2,
+                "threshold": 2,
                 "message": "2 consecutive failures",
             },
             "policy": {
@@ -849,43 +855,83 @@ fn states_serialize_as_snake_case_names() {
 
 #[test]
 fn every_trip_reason_and_figure_serializes_with_its_policy() {
+    let adaptive = AdaptiveFigures {
+        baseline: 0.02,
+        learned: 30_048,
+        statistic: 13.5,
+        threshold: 12.25,
+        failures: 9,
+        calls: 33,
+        learning: false,
+        fallback: None,
+    };
     let reasons = [
         (
-            TripReason::ConsecutiveFailures { failures: 5 },
-            json!({ "policy": "consecutive_failures", "failures": 5, "message": "5 consecutive failures" }),
+            TripReason::Policy(
+                ConsecutiveFailuresFigures {
+                    failures: 5,
+                    threshold: 5,
+                }
+                .into(),
+            ),
+            json!({ "policy": "consecutive_failures", "failures": 5, "threshold": 5, "message": "5 consecutive failures" }),
         ),
         (
-            TripReason::CountWindow {
-                failures: 3,
-                window: 10,
-            },
-            json!({ "policy": "count_window", "failures": 3, "window": 10, "message": "3 failures in the last 10 calls" }),
+            TripReason::Policy(
+                CountWindowFigures {
+                    failures: 3,
+                    threshold: 3,
+                    window: 10,
+                }
+                .into(),
+            ),
+            json!({ "policy": "count_window", "failures": 3, "threshold": 3, "window": 10, "message": "3 failures in the last 10 calls" }),
         ),
         (
-            TripReason::TimeWindow {
-                failures: 12,
-                calls: 20,
-            },
+            TripReason::Policy(
+                TimeWindowFigures {
+                    calls: 20,
+                    failures: 12,
+                }
+                .into(),
+            ),
             json!({ "policy": "time_window", "failures": 12, "calls": 20, "message": "12 failures in 20 calls within the time window" }),
         ),
         (
-            TripReason::SlowCalls { slow: 8, calls: 10 },
+            TripReason::Policy(SlowCallsFigures { calls: 10, slow: 8 }.into()),
             json!({ "policy": "slow_calls", "slow": 8, "calls": 10, "message": "8 slow calls in 10 calls" }),
         ),
         (
-            TripReason::FailuresWithin {
-                failures: 3,
-                period: Duration::from_secs(10),
-            },
-            json!({ "policy": "failures_within", "failures": 3, "period_ms": 10_000, "message": "3 failures within 10s" }),
+            TripReason::Policy(
+                FailuresWithinFigures {
+                    failures: 3,
+                    threshold: 3,
+                    period: Duration::from_secs(10),
+                }
+                .into(),
+            ),
+            json!({ "policy": "failures_within", "failures": 3, "threshold": 3, "period_ms": 10_000, "message": "3 failures within 10s" }),
         ),
         (
-            TripReason::Adaptive {
-                failures: 9,
-                calls: 33,
-                baseline: 0.02,
+            TripReason::Policy(adaptive.clone().into()),
+            json!({ "policy": "adaptive", "baseline": 0.02, "learned": 30_048, "statistic": 13.5, "threshold": 12.25,
+                "failures": 9, "calls": 33, "learning": false, "fallback": null,
+                "message": "9 failures in the last 33 calls, significantly above the baseline failure rate of 2.00%" }),
+        ),
+        (
+            TripReason::PerClass {
+                class: FailureClass::Timeout,
+                reason: Box::new(TripReason::Policy(
+                    ConsecutiveFailuresFigures {
+                        failures: 3,
+                        threshold: 3,
+                    }
+                    .into(),
+                )),
             },
-            json!({ "policy": "adaptive", "failures": 9, "calls": 33, "baseline": 0.02, "message": "9 failures in the last 33 calls, significantly above the baseline failure rate of 2.00%" }),
+            json!({ "policy": "consecutive_failures", "class": "timeout",
+                "reason": { "policy": "consecutive_failures", "failures": 3, "threshold": 3, "message": "3 consecutive failures" },
+                "message": "3 consecutive failures of class timeout" }),
         ),
         (
             TripReason::ProbeFailed,
@@ -914,52 +960,63 @@ fn every_trip_reason_and_figure_serializes_with_its_policy() {
         );
     }
     let figures = PolicyFigures::AnyOf(vec![
-        PolicyFigures::TimeWindow {
+        TimeWindowFigures {
             calls: 20,
             failures: 4,
-        },
-        PolicyFigures::SlowCalls { calls: 10, slow: 1 },
-        PolicyFigures::FailuresWithin {
+        }
+        .into(),
+        SlowCallsFigures { calls: 10, slow: 1 }.into(),
+        FailuresWithinFigures {
             failures: 2,
             threshold: 3,
-        },
+            period: Duration::from_millis(1_500),
+        }
+        .into(),
     ]);
     assert_eq!(
         serde_json::to_value(&figures).unwrap(),
         json!({ "policy": "any_of", "members": [
             { "policy": "time_window", "calls": 20, "failures": 4 },
             { "policy": "slow_calls", "calls": 10, "slow": 1 },
-            { "policy": "failures_within", "failures": 2, "threshold": 3 },
+            { "policy": "failures_within", "failures": 2, "threshold": 3, "period_ms": 1_500 },
         ] })
     );
-    let warming = PolicyFigures::Adaptive {
+    let warming = PolicyFigures::from(AdaptiveFigures {
         baseline: 0.015,
         learned: 640,
         statistic: 1.5,
-        threshold: 12.25,
+        failures: 1,
+        calls: 2,
         learning: true,
-        fallback: Some(Box::new(PolicyFigures::ConsecutiveFailures {
-            failures: 1,
-            threshold: 5,
-        })),
-    };
+        fallback: Some(Box::new(
+            ConsecutiveFailuresFigures {
+                failures: 1,
+                threshold: 5,
+            }
+            .into(),
+        )),
+        ..adaptive.clone()
+    });
     assert_eq!(
         serde_json::to_value(&warming).unwrap(),
         json!({ "policy": "adaptive", "baseline": 0.015, "learned": 640, "statistic": 1.5, "threshold": 12.25,
-            "learning": true, "fallback": { "policy": "consecutive_failures", "failures": 1, "threshold": 5 } })
+            "failures": 1, "calls": 2, "learning": true,
+            "fallback": { "policy": "consecutive_failures", "failures": 1, "threshold": 5 } })
     );
-    let warm = PolicyFigures::Adaptive {
-        baseline: 0.02,
-        learned: 30_048,
-        statistic: 0.0,
-        threshold: 12.25,
-        learning: false,
-        fallback: None,
-    };
+    let per_class = PolicyFigures::from(PerClassFigures {
+        rest: Box::new(PolicyFigures::from(adaptive)),
+        classes: vec![(
+            FailureClass::RateLimited,
+            ConsecutiveFailuresFigures {
+                failures: 4,
+                threshold: 20,
+            }
+            .into(),
+        )],
+    });
     assert_eq!(
-        serde_json::to_value(&warm).unwrap(),
-        json!({ "policy": "adaptive", "baseline": 0.02, "learned": 30_048, "statistic": 0.0, "threshold": 12.25,
-            "learning": false, "fallback": null })
+        serde_json::to_value(&per_class).unwrap()["classes"],
+        json!([{ "class": "rate_limited", "figures": { "policy": "consecutive_failures", "failures": 4, "threshold": 20 } }])
     );
 }
 

@@ -21,6 +21,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestRunner};
 use tokio::time::{advance, Instant};
+use tower_circuit_breaker::policy::TimeWindowFigures;
 use tower_circuit_breaker::policy::{PolicyFigures, TimeWindow, TripReason};
 use tower_circuit_breaker::State;
 
@@ -150,7 +151,7 @@ async fn run_case(window: Window, steps: Vec<Step>) -> Result<(), TestCaseError>
                     let (calls, failures) = model.totals(now_ms());
                     let figures = h.breaker.snapshot().policy;
                     check(
-                        figures == PolicyFigures::TimeWindow { calls, failures },
+                        figures == PolicyFigures::TimeWindow(TimeWindowFigures { calls, failures }),
                         || format!("step {n}: snapshot {figures:?}, model ({calls}, {failures})"),
                     )?;
                 }
@@ -177,7 +178,7 @@ async fn run_case(window: Window, steps: Vec<Step>) -> Result<(), TestCaseError>
                 })?,
                 Some((failures, calls)) => {
                     let last = h.breaker.snapshot().last_trip;
-                    let expected = TripReason::TimeWindow { failures, calls };
+                    let expected = TripReason::Policy(TimeWindowFigures { calls, failures }.into());
                     check(
                         state == State::Open && last.as_ref() == Some(&expected),
                         || {

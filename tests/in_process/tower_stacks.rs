@@ -21,6 +21,7 @@ use tower::retry::Policy;
 use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::classify::{is_timeout, HttpClassifier};
 use tower_circuit_breaker::policy::{ConsecutiveFailures, SlowCalls, TripReason};
+use tower_circuit_breaker::policy::{ConsecutiveFailuresFigures, SlowCallsFigures};
 use tower_circuit_breaker::{
     Breaker, CircuitBreaker, CircuitBreakerLayer, CircuitOpen, Config, State,
 };
@@ -113,7 +114,13 @@ async fn timeouts_inside_the_breaker_open_it_and_later_calls_fail_fast_without_r
     assert_eq!(breaker.state(), State::Open);
     assert_eq!(
         breaker.snapshot().last_trip,
-        Some(TripReason::ConsecutiveFailures { failures: 3 })
+        Some(TripReason::Policy(
+            ConsecutiveFailuresFigures {
+                failures: 3,
+                threshold: 3
+            }
+            .into()
+        ))
     );
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 
@@ -242,7 +249,13 @@ async fn http_ignored_responses_neither_reset_nor_extend_a_failure_streak() {
     assert_eq!(breaker.state(), State::Open);
     assert_eq!(
         breaker.snapshot().last_trip,
-        Some(TripReason::ConsecutiveFailures { failures: 3 })
+        Some(TripReason::Policy(
+            ConsecutiveFailuresFigures {
+                failures: 3,
+                threshold: 3
+            }
+            .into()
+        ))
     );
 }
 
@@ -358,7 +371,10 @@ async fn http_slow_400s_count_neither_as_calls_nor_as_slow_calls() {
     assert_eq!(breaker.snapshot().counts.ignored, 10);
     assert_eq!(
         breaker.snapshot().policy,
-        tower_circuit_breaker::policy::PolicyFigures::SlowCalls { calls: 0, slow: 0 }
+        tower_circuit_breaker::policy::PolicyFigures::SlowCalls(SlowCallsFigures {
+            calls: 0,
+            slow: 0
+        })
     );
     // A slow 200 is slow: with a fast one it reaches one half.
     send(&mut svc, Reply(200, None, Duration::from_secs(5)))
@@ -700,7 +716,13 @@ async fn two_services_wrapped_by_one_layer_share_one_breaker() {
     assert_eq!(b.breaker().state(), State::Open);
     assert_eq!(
         b.breaker().snapshot().last_trip,
-        Some(TripReason::ConsecutiveFailures { failures: 3 })
+        Some(TripReason::Policy(
+            ConsecutiveFailuresFigures {
+                failures: 3,
+                threshold: 3
+            }
+            .into()
+        ))
     );
 
     let err = send(&mut b, Call::Ok).await.unwrap_err();

@@ -16,6 +16,7 @@ mod report;
 #[path = "../../examples/fleet/scenario.rs"]
 mod scenario;
 
+use tower_circuit_breaker::policy::PolicyFigures;
 use tower_circuit_breaker::policy::TripReason;
 use tower_circuit_breaker::State;
 
@@ -47,7 +48,9 @@ fn four_instances_open_probe_one_at_a_time_and_close_as_one() {
         assert!(
             matches!(
                 opened.reason,
-                Some(TripReason::Shared | TripReason::ConsecutiveFailures { .. })
+                Some(
+                    TripReason::Shared | TripReason::Policy(PolicyFigures::ConsecutiveFailures(_))
+                )
             ),
             "{}: opened for {:?}",
             instance.name,

@@ -307,10 +307,10 @@ mod tests {
         assert_eq!(shared.tally().unwrap().drain_total(), 0, "nothing tallied");
         assert_eq!(
             shared.snapshot().policy,
-            crate::policy::PolicyFigures::TimeWindow {
+            crate::policy::PolicyFigures::TimeWindow(crate::policy::TimeWindowFigures {
                 calls: 3,
                 failures: 2
-            },
+            }),
             "the success recorded under the lock"
         );
     }

@@ -67,7 +67,7 @@ impl Detector {
 
     /// Adds one outcome to every test; the evidence of the first that
     /// reached its threshold.
-    pub(super) fn judge(&mut self, failure: bool) -> Option<(u32, u32)> {
+    pub(super) fn judge(&mut self, failure: bool) -> Option<usize> {
         let state = self.live.state();
         let tuned = &self.model.tuned;
         let mut tripped = None;
@@ -86,7 +86,7 @@ impl Detector {
             evidence.calls = evidence.calls.saturating_add(1);
             evidence.failures = evidence.failures.saturating_add(u32::from(failure));
             if evidence.statistic >= tuned.threshold[test] && tripped.is_none() {
-                tripped = Some((evidence.failures, evidence.calls));
+                tripped = Some(test);
             }
         }
         self.active = active;
@@ -190,11 +190,7 @@ impl Rule for Detector {
         if self.warming_up() {
             return self.fallback.record(sample, now_ms);
         }
-        tripped.map(|(failures, calls)| TripReason::Adaptive {
-            failures,
-            calls,
-            baseline: self.baseline(),
-        })
+        tripped.map(|test| TripReason::Policy(self.figures_of(test, now_ms)))
     }
 
     /// It learns from every success.
@@ -240,15 +236,26 @@ impl Rule for Detector {
         let nearest = (0..TESTS)
             .max_by(|&a, &b| nearness(a).total_cmp(&nearness(b)))
             .unwrap_or(0);
-        PolicyFigures::Adaptive {
+        self.figures_of(nearest, now_ms)
+    }
+}
+
+impl Detector {
+    /// The figures, with `test`'s evidence: the test nearest to tripping,
+    /// or the one that tripped.
+    fn figures_of(&self, test: usize, now_ms: u64) -> PolicyFigures {
+        let evidence = &self.evidence[test];
+        PolicyFigures::Adaptive(AdaptiveFigures {
             baseline: self.baseline(),
             learned: self.model.learned.outcomes,
-            statistic: self.evidence[nearest].statistic,
-            threshold: tuned.threshold[nearest],
+            statistic: evidence.statistic,
+            threshold: self.model.tuned.threshold[test],
+            failures: evidence.failures,
+            calls: evidence.calls,
             learning: self.learning(),
             fallback: self
                 .warming_up()
                 .then(|| Box::new(self.fallback.figures(now_ms))),
-        }
+        })
     }
 }

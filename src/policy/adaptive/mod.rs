@@ -5,10 +5,12 @@
 //! beside this file). `model` holds what is learned and the tests tuned to
 //! it, `detector` the running state fed one outcome at a time.
 
+use std::fmt;
+
 #[cfg(feature = "serde")]
-use super::{FromFile, Written};
+use super::{Figure, FromFile, Written};
 use super::time_window::validate_rate;
-use super::{Policy, PolicyFigures, PolicyState, Rule, Sample, TripPolicy, TripReason};
+use super::{Figures, Policy, PolicyFigures, PolicyState, Rule, Sample, TripPolicy, TripReason};
 use crate::error::ConfigError;
 
 mod detector;
@@ -218,6 +220,57 @@ impl Adaptive {
         } else {
             (failures as u32).max(1)
         })
+    }
+}
+
+/// [`Adaptive`]'s figures: the learned baseline, and the test nearest to
+/// tripping (the one that tripped, in a [`TripReason`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdaptiveFigures {
+    /// The baseline failure rate learned, in [0, 1].
+    pub baseline: f64,
+    /// Outcomes the baseline has learned.
+    pub learned: u64,
+    /// The test's evidence (a log-likelihood ratio)...
+    pub statistic: f64,
+    /// ...and the evidence that trips it.
+    pub threshold: f64,
+    /// Failures since the test's evidence last stood at zero...
+    pub failures: u32,
+    /// ...and calls.
+    pub calls: u32,
+    /// Still in its learning phase: it learns from its own trips, and
+    /// may trip on normal runs of failures it has not seen yet (see
+    /// [`Adaptive`]'s learning phase for how often).
+    pub learning: bool,
+    /// While warming up, the figures of the fallback policy, which
+    /// judges until then.
+    pub fallback: Option<Box<PolicyFigures>>,
+}
+
+impl Figures for AdaptiveFigures {
+    fn tripped(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} failures in the last {} calls, significantly above the baseline failure rate of {:.2}%",
+            self.failures,
+            self.calls,
+            self.baseline * 100.0
+        )
+    }
+
+    #[cfg(feature = "serde")]
+    fn fields(&self) -> Vec<(&'static str, Figure<'_>)> {
+        vec![
+            ("baseline", Figure::Number(self.baseline)),
+            ("learned", Figure::Count(self.learned)),
+            ("statistic", Figure::Number(self.statistic)),
+            ("threshold", Figure::Number(self.threshold)),
+            ("failures", Figure::Count(self.failures.into())),
+            ("calls", Figure::Count(self.calls.into())),
+            ("learning", Figure::Flag(self.learning)),
+            ("fallback", Figure::Figures(self.fallback.as_deref())),
+        ]
     }
 }
 

@@ -166,7 +166,9 @@ fn runs_of_failures_are_learned_as_normal() {
     // three more.
     let trip = (0..10).find_map(|_| detector.record(outcome(true), 0));
     match trip {
-        Some(TripReason::Adaptive { failures, .. }) => assert!(failures <= 7, "{trip:?}"),
+        Some(TripReason::Policy(PolicyFigures::Adaptive(AdaptiveFigures { failures, .. }))) => {
+            assert!(failures <= 7, "{trip:?}")
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -179,7 +181,7 @@ fn a_trip_forgets_the_outcomes_held_back_but_not_the_baseline() {
     assert!((rate - 0.02).abs() < 0.002, "{rate}");
     let trip = (0..100).find_map(|_| detector.record(outcome(true), 0));
     assert!(
-        matches!(trip, Some(TripReason::Adaptive { .. })),
+        matches!(trip, Some(TripReason::Policy(PolicyFigures::Adaptive(_)))),
         "{trip:?}"
     );
     detector.reset();
@@ -235,14 +237,22 @@ fn the_fallback_judges_until_the_warm_up_is_over() {
     let policy = Adaptive::new().warm_up(1_000);
     let mut detector = Detector::new(&policy);
     let trip = (0..10).find_map(|_| detector.record(outcome(true), 0));
-    assert_eq!(trip, Some(TripReason::ConsecutiveFailures { failures: 5 }));
+    assert_eq!(
+        trip,
+        Some(TripReason::Policy(PolicyFigures::ConsecutiveFailures(
+            crate::policy::ConsecutiveFailuresFigures {
+                failures: 5,
+                threshold: 5
+            }
+        )))
+    );
     let mut detector = warmed(&policy, 1_300, 0);
     assert!(!detector.warming_up());
     let trip = (0..10).find_map(|_| detector.record(outcome(true), 0));
     match trip {
-        Some(TripReason::Adaptive {
+        Some(TripReason::Policy(PolicyFigures::Adaptive(AdaptiveFigures {
             failures, calls, ..
-        }) => assert!(failures == calls && calls <= 5, "{trip:?}"),
+        }))) => assert!(failures == calls && calls <= 5, "{trip:?}"),
         _ => panic!("{trip:?}"),
     }
 }
