@@ -13,6 +13,7 @@
 //! | [`SlowCalls`] | share of slow calls reaches a rate | the dependency degrades by slowing down before it fails | `slow_calls`: **`slower_than`**, `rate`, `over_calls` or `over_time = { length, buckets }`, `min_calls` |
 //! | [`Adaptive`] | recent outcomes are significantly worse than the dependency's learned baseline, by a sequential test with a stated false-trip rate | the normal failure rate is not zero, differs between dependencies, or drifts | `adaptive`: `false_trips_per_million`, `min_degradation`, `warm_up`, `ceiling`, `baseline_horizon`, `fallback` (a policy) |
 //! | [`TripPolicy::any_of`] | any member trips | you want a fast trip on a hard outage and a rate for partial ones | `any_of`: a list of policies |
+//! | [`Never`] | never, on its own: only the upstream's pushback, a signal, an operator or the fleet open it | a breaker answers for a quota the upstream announces, not for health | `never`: no settings (`never = {}`) |
 //! | [`PerClass`] | the policy of one failure class trips (each counts its class's failures apart) | kinds of failure weigh differently: 3 timeouts, but 20 rate limits | `per_class`: **`rest`** (a policy), `classes` (a table from a failure class's name, such as `timeout` or `rate_limited`, to a policy) |
 //!
 //! With the `serde` feature a config file writes a policy as a table with
@@ -140,6 +141,7 @@ policies! {
     Adaptive(AdaptiveFigures) in adaptive as "adaptive",
     PerClass(PerClassFigures) in per_class as "per_class",
     FailuresWithin(FailuresWithinFigures) in failures_within as "failures_within",
+    Never(NeverFigures) in never as "never",
 }
 
 mod any_of;

@@ -20,10 +20,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestRunner};
 use tokio::time::advance;
 use tower_circuit_breaker::policy::{
-    Adaptive, ConsecutiveFailures, CountWindow, PolicyFigures, TripPolicy, TripReason,
-};
-use tower_circuit_breaker::policy::{
-    AdaptiveFigures, ConsecutiveFailuresFigures, CountWindowFigures,
+    Adaptive, AdaptiveFigures, ConsecutiveFailures, ConsecutiveFailuresFigures, CountWindow,
+    CountWindowFigures, PolicyFigures, TripPolicy, TripReason,
 };
 use tower_circuit_breaker::{Breaker, Config, State};
 

@@ -15,8 +15,7 @@ use crate::common;
 use crate::common::failures;
 
 use tokio::time::advance;
-use tower_circuit_breaker::policy::AdaptiveFigures;
-use tower_circuit_breaker::policy::{Adaptive, PolicyFigures, TripReason};
+use tower_circuit_breaker::policy::{Adaptive, AdaptiveFigures, PolicyFigures, TripReason};
 use tower_circuit_breaker::{Breaker, State};
 
 use common::{Call, Harness};

@@ -9,8 +9,7 @@ use tokio::sync::broadcast::error::TryRecvError;
 use tokio::time::advance;
 use tower::{BoxError, Service, ServiceExt};
 use tower_circuit_breaker::events::Transition;
-use tower_circuit_breaker::policy::ConsecutiveFailuresFigures;
-use tower_circuit_breaker::policy::{ConsecutiveFailures, TripReason};
+use tower_circuit_breaker::policy::{ConsecutiveFailures, ConsecutiveFailuresFigures, TripReason};
 use tower_circuit_breaker::{
     Breaker, BreakerGroup, CircuitBreaker, CircuitOpen, Config, Readiness, State,
 };

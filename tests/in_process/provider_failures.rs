@@ -16,8 +16,9 @@ use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_circuit_breaker::classify::{
     Classify, ClassifyEos, FailureClass, HttpClassifier, StreamingHttp,
 };
-use tower_circuit_breaker::policy::ConsecutiveFailuresFigures;
-use tower_circuit_breaker::policy::{ConsecutiveFailures, PerClass, SlowCalls, TripReason};
+use tower_circuit_breaker::policy::{
+    ConsecutiveFailures, ConsecutiveFailuresFigures, PerClass, SlowCalls, TripReason,
+};
 use tower_circuit_breaker::{
     Breaker, CircuitBreaker, CircuitBreakerLayer, Config, LatencyTo, State,
 };

@@ -13,7 +13,7 @@ use http::{Request, Response, StatusCode};
 use tokio::time::{advance, Instant};
 use tower::{service_fn, BoxError, Layer, Service, ServiceExt};
 use tower_circuit_breaker::classify::HttpClassifier;
-use tower_circuit_breaker::policy::ConsecutiveFailures;
+use tower_circuit_breaker::policy::{ConsecutiveFailures, Never, TripReason};
 use tower_circuit_breaker::registry::{KeyedLayer, Registry};
 use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, Config, ConfigBuilder, State};
 
@@ -101,6 +101,55 @@ where
         let _ = service.clone().oneshot(Request::new(())).await;
         advance(Duration::from_secs(1)).await;
     }
+}
+
+/// Under [`Never`], a breaker answers for a quota alone: a thousand
+/// server errors leave it closed, the spent quota's `429` opens it for as
+/// long as the upstream asks, and the first call after that closes it.
+#[tokio::test(start_paused = true)]
+async fn a_breaker_that_never_trips_on_failures_opens_on_the_quota_alone() {
+    let breaker = Breaker::new(
+        Config::builder()
+            .name("provider-key")
+            .trip(Never)
+            .trip_on_pushback(true)
+            .build()
+            .unwrap(),
+    );
+    let errors = CircuitBreakerLayer::from_breaker(breaker.clone())
+        .classify(HttpClassifier::new())
+        .layer(service_fn(|_: Request<()>| async {
+            let mut response = Response::new(());
+            *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            Ok::<_, BoxError>(response)
+        }));
+    for _ in 0..1_000 {
+        let response = errors.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        advance(Duration::from_millis(100)).await;
+    }
+    assert_eq!(breaker.state(), State::Closed);
+    assert_eq!(
+        breaker.snapshot().counts.failures,
+        1_000,
+        "counted, never tripped on"
+    );
+
+    let quota = Quota::new(2 * MINUTE, "retry-after");
+    let service = quota.service(&breaker);
+    let _ = service.clone().oneshot(Request::new(())).await;
+    assert_eq!(breaker.state(), State::Open);
+    assert_eq!(
+        breaker.snapshot().last_trip,
+        Some(TripReason::Pushback {
+            retry_after: 2 * MINUTE
+        })
+    );
+    traffic(&service, 2 * MINUTE).await;
+    assert_eq!(quota.calls(), 1, "refused until the quota's reset");
+    traffic(&service, Duration::from_secs(1)).await;
+    assert_eq!(quota.calls(), 2);
+    assert_eq!(breaker.state(), State::Closed);
 }
 
 #[tokio::test(start_paused = true)]

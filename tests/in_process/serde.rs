@@ -10,13 +10,11 @@ use tower::{service_fn, BoxError, Service, ServiceExt};
 use tower_circuit_breaker::classify::FailureClass;
 use tower_circuit_breaker::events::Transition;
 use tower_circuit_breaker::policy::{
-    Adaptive, ConsecutiveFailures, CountWindow, FailuresWithin, PolicyFigures, SlowCalls,
-    TimeWindow, TripPolicy, TripReason,
+    Adaptive, AdaptiveFigures, ConsecutiveFailures, ConsecutiveFailuresFigures, CountWindow,
+    CountWindowFigures, FailuresWithin, FailuresWithinFigures, Never, NeverFigures,
+    PerClassFigures, PolicyFigures, SlowCalls, SlowCallsFigures, TimeWindow, TimeWindowFigures,
+    TripPolicy, TripReason,
 };
-use tower_circuit_breaker::policy::{
-    AdaptiveFigures, CountWindowFigures, FailuresWithinFigures, PerClassFigures, TimeWindowFigures,
-};
-use tower_circuit_breaker::policy::{ConsecutiveFailuresFigures, SlowCallsFigures};
 use tower_circuit_breaker::serialization::RegistryConfig;
 use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, Counts, State};
 
@@ -139,6 +137,7 @@ fn every_policy_form() -> Vec<(&'static str, TripPolicy)> {
             SlowCalls::new(secs(10)).over_time(secs(300), 10).into(),
         ),
         ("{ adaptive = {} }", Adaptive::new().into()),
+        ("{ never = {} }", Never.into()),
         (
             "{ adaptive = { false_trips_per_million = 0.5, min_degradation = 0.15, warm_up = 2000, ceiling = 0.6, baseline_horizon = 100000, fallback = { count_window = { failures = 5, window = 20 } } } }",
             Adaptive::new()
@@ -584,6 +583,11 @@ fn unknown_fields_and_policies_are_errors_that_name_them() {
     assert!(message.contains("unknown field `cooldwn`"), "{message}");
     let message = error("trip = { consecutive_failures = { threshhold = 3 } }");
     assert!(message.contains("unknown field `threshhold`"), "{message}");
+    let message = error("trip = { never = { threshold = 3 } }");
+    assert!(
+        message.contains("`trip.never` has an unknown field `threshold`"),
+        "{message}"
+    );
     let message = error("trip = { consecutive_failure = { threshold = 3 } }");
     assert!(
         message.contains("unknown policy `consecutive_failure`"),
@@ -959,6 +963,10 @@ fn every_trip_reason_and_figure_serializes_with_its_policy() {
             "{reason:?}"
         );
     }
+    assert_eq!(
+        serde_json::to_value(PolicyFigures::from(NeverFigures)).unwrap(),
+        json!({ "policy": "never" })
+    );
     let figures = PolicyFigures::AnyOf(vec![
         TimeWindowFigures {
             calls: 20,

@@ -21,8 +21,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestRunner};
 use tokio::time::{advance, Instant};
-use tower_circuit_breaker::policy::TimeWindowFigures;
-use tower_circuit_breaker::policy::{PolicyFigures, TimeWindow, TripReason};
+use tower_circuit_breaker::policy::{PolicyFigures, TimeWindow, TimeWindowFigures, TripReason};
 use tower_circuit_breaker::State;
 
 use common::{Call, Harness};

@@ -20,8 +20,9 @@ use tower::load_shed::error::Overloaded;
 use tower::retry::Policy;
 use tower::{service_fn, BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::classify::{is_timeout, HttpClassifier};
-use tower_circuit_breaker::policy::{ConsecutiveFailures, SlowCalls, TripReason};
-use tower_circuit_breaker::policy::{ConsecutiveFailuresFigures, SlowCallsFigures};
+use tower_circuit_breaker::policy::{
+    ConsecutiveFailures, ConsecutiveFailuresFigures, SlowCalls, SlowCallsFigures, TripReason,
+};
 use tower_circuit_breaker::{
     Breaker, CircuitBreaker, CircuitBreakerLayer, CircuitOpen, Config, State,
 };

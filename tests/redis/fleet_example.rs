@@ -16,8 +16,7 @@ mod report;
 #[path = "../../examples/fleet/scenario.rs"]
 mod scenario;
 
-use tower_circuit_breaker::policy::PolicyFigures;
-use tower_circuit_breaker::policy::TripReason;
+use tower_circuit_breaker::policy::{PolicyFigures, TripReason};
 use tower_circuit_breaker::State;
 
 #[test]
