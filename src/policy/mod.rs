@@ -415,7 +415,7 @@ impl fmt::Display for TripReason {
             TripReason::Pushback { retry_after } => write!(
                 f,
                 "the upstream asked to come back in {} ms",
-                retry_after.as_millis()
+                crate::millis::millis_up(*retry_after)
             ),
             TripReason::Shared => f.write_str("decided by the fleet through shared state"),
             TripReason::Signal { reason } => write!(f, "tripped from outside its calls: {reason}"),

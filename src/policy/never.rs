@@ -9,16 +9,17 @@ use super::{Figures, Policy, PolicyFigures, PolicyState, Rule, Sample, TripReaso
 use crate::error::ConfigError;
 
 /// Never trips on the calls' outcomes: the breaker opens only when
-/// something else says so: the upstream's own pushback (a `429` or `529`
-/// with a retry-after, under
+/// something else says so: the upstream's own pushback (a failing status,
+/// such as a `429`, with a retry-after, under
 /// [`trip_on_pushback`](crate::ConfigBuilder::trip_on_pushback)), a
 /// [signal](crate::Breaker::open_on_signal), an operator, or the fleet.
-/// Once open, it probes and closes as any breaker does.
+/// Once open, it probes and closes as any breaker does. Failures are still
+/// counted ([`Counts::failures`](crate::Counts::failures)).
 ///
 /// Choose it for a breaker that answers for a quota rather than for
 /// health: a provider's key whose rate limit the upstream announces, while
 /// its failures are judged elsewhere (the model's breaker, a failover). A
-/// call under it reads no clock and writes nothing shared.
+/// success under it reads no clock and writes nothing shared.
 ///
 /// ```
 /// use tower_circuit_breaker::{policy::Never, Config};

@@ -115,9 +115,7 @@ impl<'de> Deserialize<'de> for Config {
 impl<'de> Deserialize<'de> for TripPolicy {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let raw = RawTrip::deserialize(deserializer)?;
-        let policy = raw
-            .policy("trip")
-            .map_err(|err| D::Error::custom(untrip(err)))?;
+        let policy = raw.policy("").map_err(D::Error::custom)?;
         // The config builder checks the policy under the same paths.
         Config::builder()
             .trip(policy.clone())

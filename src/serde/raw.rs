@@ -1,5 +1,6 @@
-//! Configs as written: mirrors of [`Config`] and the trip policies with
-//! every field optional, turned into validated values by the builders.
+//! Configs as written: a mirror of [`Config`] with every field optional,
+//! and a trip policy as a table each policy reads its own settings from
+//! (through [`Written`]), turned into validated values by the builders.
 //!
 //! Every leaf is a [`Scalar`], checked only when the config is built, where
 //! its path is known: a wrong type, a bad duration and an out-of-range value
@@ -223,13 +224,24 @@ impl RawTrip {
     }
 }
 
-/// The policy `value` writes at `path`.
+/// The policy `value` writes at `path` (`""` for a policy read on its
+/// own, whose errors then name it `policy`).
 fn policy_at(value: &Scalar, path: &str) -> Result<TripPolicy, ConfigError> {
+    let here = if path.is_empty() { "policy" } else { path };
     let (key, settings) = match value {
         Scalar::Table(entries) if entries.len() == 1 => (&entries[0].0, &entries[0].1),
+        Scalar::Table(entries) => {
+            return Err(ConfigError::new(
+                here,
+                format!(
+                    "must be a table with one key naming a policy, got {} keys",
+                    entries.len()
+                ),
+            ))
+        }
         other => {
             return Err(ConfigError::new(
-                path,
+                here,
                 format!("must be a table with one key naming a policy, got {other}"),
             ))
         }
@@ -258,7 +270,7 @@ fn policy_at(value: &Scalar, path: &str) -> Result<TripPolicy, ConfigError> {
             .map(|key| format!("`{key}`"))
             .collect();
         return Err(ConfigError::new(
-            path,
+            here,
             format!(
                 "names an unknown policy `{key}`, expected one of {}",
                 known.join(", ")
@@ -289,6 +301,12 @@ impl<'a> Settings<'a> {
             ));
         };
         for (i, (field, _)) in entries.iter().enumerate() {
+            if fields.is_empty() {
+                return Err(ConfigError::new(
+                    path,
+                    format!("has an unknown field `{field}`: it takes no settings"),
+                ));
+            }
             if !fields.contains(&field.as_str()) {
                 let known: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
                 return Err(ConfigError::new(
@@ -313,6 +331,12 @@ impl<'a> Settings<'a> {
             .map(|(_, value)| value)
     }
 
+    /// `field`'s value unless it is missing or null: a table or a policy
+    /// written as null is not written, as an optional one left out.
+    fn given(&self, field: &str) -> Option<&'a Scalar> {
+        self.get(field).filter(|value| **value != Scalar::Null)
+    }
+
     /// `field`'s value converted by `convert`, if written.
     fn read<T>(
         &self,
@@ -331,7 +355,7 @@ impl Written for Settings<'_> {
     }
 
     fn has(&self, field: &str) -> bool {
-        self.get(field).is_some()
+        self.given(field).is_some()
     }
 
     fn count(&self, field: &str) -> Result<Option<u32>, ConfigError> {
@@ -347,11 +371,13 @@ impl Written for Settings<'_> {
     }
 
     fn policy(&self, field: &str) -> Result<Option<TripPolicy>, ConfigError> {
-        self.read(field, policy_at)
+        self.given(field)
+            .map(|value| policy_at(value, &self.path(field)))
+            .transpose()
     }
 
     fn policies(&self, field: &str) -> Result<Vec<(String, TripPolicy)>, ConfigError> {
-        let Some(value) = self.get(field) else {
+        let Some(value) = self.given(field) else {
             return Ok(Vec::new());
         };
         let at = self.path(field);
@@ -361,12 +387,13 @@ impl Written for Settings<'_> {
                 format!("must be a table of policies by name, got {value}"),
             ));
         };
-        let mut policies = entries
-            .iter()
+        // In the order of their names, each read as it comes.
+        let mut entries: Vec<&(String, Scalar)> = entries.iter().collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries
+            .into_iter()
             .map(|(name, member)| Ok((name.clone(), policy_at(member, &join(&at, name))?)))
-            .collect::<Result<Vec<_>, ConfigError>>()?;
-        policies.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(policies)
+            .collect()
     }
 
     fn table<'s>(
@@ -374,7 +401,7 @@ impl Written for Settings<'_> {
         field: &str,
         fields: &'static [&'static str],
     ) -> Result<Option<Box<dyn Written + 's>>, ConfigError> {
-        match self.get(field) {
+        match self.given(field) {
             Some(value) => Ok(Some(Box::new(Settings::new(
                 value,
                 self.path(field),

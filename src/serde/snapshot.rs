@@ -44,6 +44,7 @@ impl Serialize for Counts {
 impl Serialize for TripReason {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut fields = Vec::new();
+        let mut retry_after_ms = None;
         match self {
             TripReason::Policy(figures) => fields = figures.fields(),
             TripReason::PerClass { class, reason } => {
@@ -54,15 +55,18 @@ impl Serialize for TripReason {
                 s.serialize_field("message", &self.to_string())?;
                 return s.end();
             }
-            TripReason::Pushback { retry_after } => {
-                fields.push(("retry_after_ms", Figure::Duration(*retry_after)));
-            }
+            // Rounded up, as every wait a caller is told.
+            TripReason::Pushback { retry_after } => retry_after_ms = Some(millis_up(*retry_after)),
             _ => {}
         }
-        let mut s = serializer.serialize_struct("TripReason", 2 + fields.len())?;
+        let len = 2 + fields.len() + usize::from(retry_after_ms.is_some());
+        let mut s = serializer.serialize_struct("TripReason", len)?;
         s.serialize_field("policy", self.policy())?;
         for (name, figure) in &fields {
-            s.serialize_field(name, &Written(figure))?;
+            s.serialize_field(name, &AsWritten(figure))?;
+        }
+        if let Some(retry_after_ms) = retry_after_ms {
+            s.serialize_field("retry_after_ms", &retry_after_ms)?;
         }
         s.serialize_field("message", &self.to_string())?;
         s.end()
@@ -81,16 +85,16 @@ impl Serialize for PolicyFigures {
         let mut s = serializer.serialize_struct("PolicyFigures", 1 + fields.len())?;
         s.serialize_field("policy", self.policy())?;
         for (name, figure) in &fields {
-            s.serialize_field(name, &Written(figure))?;
+            s.serialize_field(name, &AsWritten(figure))?;
         }
         s.end()
     }
 }
 
 /// A policy's figure as written.
-struct Written<'a>(&'a Figure<'a>);
+struct AsWritten<'a>(&'a Figure<'a>);
 
-impl Serialize for Written<'_> {
+impl Serialize for AsWritten<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match *self.0 {
             Figure::Count(count) => serializer.serialize_u64(count),

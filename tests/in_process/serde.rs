@@ -11,7 +11,7 @@ use tower_circuit_breaker::classify::FailureClass;
 use tower_circuit_breaker::events::Transition;
 use tower_circuit_breaker::policy::{
     Adaptive, AdaptiveFigures, ConsecutiveFailures, ConsecutiveFailuresFigures, CountWindow,
-    CountWindowFigures, FailuresWithin, FailuresWithinFigures, Never, NeverFigures,
+    CountWindowFigures, FailuresWithin, FailuresWithinFigures, Never, NeverFigures, PerClass,
     PerClassFigures, PolicyFigures, SlowCalls, SlowCallsFigures, TimeWindow, TimeWindowFigures,
     TripPolicy, TripReason,
 };
@@ -577,6 +577,84 @@ fn values_of_the_wrong_type_or_missing_name_their_field() {
     );
 }
 
+/// The error a config written as JSON gets.
+fn json_error(json: &str) -> String {
+    serde_json::from_str::<Config>(json)
+        .expect_err("an invalid config")
+        .to_string()
+}
+
+#[test]
+fn a_policy_table_is_checked_as_its_policy_reads_it() {
+    for (json, expected) in [
+        (
+            r#"{"trip": {"consecutive_failures": {"threshold": 3, "threshold": 4}}}"#,
+            "`trip.consecutive_failures.threshold` is written twice",
+        ),
+        (
+            r#"{"trip": {"consecutive_failures": 3}}"#,
+            "`trip.consecutive_failures` must be a table, got integer 3",
+        ),
+        (
+            r#"{"trip": {"any_of": {"a": 1}}}"#,
+            "`trip.any_of` must be a list of policies, got a table",
+        ),
+        (
+            r#"{"trip": {"slow_calls": {"slower_than": "1s", "over_time": "5m"}}}"#,
+            "`trip.slow_calls.over_time` must be a table, got string \"5m\"",
+        ),
+        (
+            r#"{"trip": {}}"#,
+            "`trip` must be a table with one key naming a policy, got 0 keys",
+        ),
+        (
+            r#"{"trip": {"never": {}, "adaptive": {}}}"#,
+            "`trip` must be a table with one key naming a policy, got 2 keys",
+        ),
+        (
+            r#"{"trip": {"never": {"threshold": 3}}}"#,
+            "`trip.never` has an unknown field `threshold`: it takes no settings",
+        ),
+        (
+            r#"{"trip": {"adaptive": {"fallback": {"count_window": {"failures": 3}}}}}"#,
+            "`trip.adaptive.fallback.count_window.window` is required",
+        ),
+    ] {
+        let message = json_error(json);
+        assert!(message.contains(expected), "{json}: {message}");
+    }
+    // A policy read on its own is named `policy`.
+    let message = serde_json::from_str::<TripPolicy>(r#"{"bogus": {}}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.starts_with(
+            "invalid circuit breaker config: `policy` names an unknown policy `bogus`"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_nested_policy_or_table_written_as_null_is_left_out() {
+    let config: Config =
+        serde_json::from_str(r#"{"trip": {"adaptive": {"fallback": null}}}"#).unwrap();
+    assert_eq!(config.trip(), &TripPolicy::from(Adaptive::new()));
+    let config: Config = serde_json::from_str(
+        r#"{"trip": {"slow_calls": {"slower_than": "1s", "over_calls": 50, "over_time": null}}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        config.trip(),
+        &TripPolicy::from(SlowCalls::new(secs(1)).over_calls(50))
+    );
+    let config: Config = serde_json::from_str(
+        r#"{"trip": {"per_class": {"rest": {"never": {}}, "classes": null}}}"#,
+    )
+    .unwrap();
+    assert_eq!(config.trip(), &TripPolicy::from(PerClass::new(Never)));
+}
+
 #[test]
 fn unknown_fields_and_policies_are_errors_that_name_them() {
     let message = error(r#"cooldwn = "30s""#);
@@ -955,6 +1033,14 @@ fn every_trip_reason_and_figure_serializes_with_its_policy() {
             },
             json!({ "policy": "pushback", "retry_after_ms": 1_200, "message": "the upstream asked to come back in 1200 ms" }),
         ),
+        (
+            // A wait is rounded up: a caller told to come back never comes
+            // back early.
+            TripReason::Pushback {
+                retry_after: Duration::from_micros(1_199_200),
+            },
+            json!({ "policy": "pushback", "retry_after_ms": 1_200, "message": "the upstream asked to come back in 1200 ms" }),
+        ),
     ];
     for (reason, expected) in reasons {
         assert_eq!(
@@ -1023,8 +1109,11 @@ fn every_trip_reason_and_figure_serializes_with_its_policy() {
         )],
     });
     assert_eq!(
-        serde_json::to_value(&per_class).unwrap()["classes"],
-        json!([{ "class": "rate_limited", "figures": { "policy": "consecutive_failures", "failures": 4, "threshold": 20 } }])
+        serde_json::to_value(&per_class).unwrap(),
+        json!({ "policy": "per_class",
+            "rest": { "policy": "adaptive", "baseline": 0.02, "learned": 30_048, "statistic": 13.5, "threshold": 12.25,
+                "failures": 9, "calls": 33, "learning": false, "fallback": null },
+            "classes": [{ "class": "rate_limited", "figures": { "policy": "consecutive_failures", "failures": 4, "threshold": 20 } }] })
     );
 }
 

@@ -65,8 +65,8 @@ impl Detector {
         self.model.learned.outcomes < LEARNING.max(self.warm_up)
     }
 
-    /// Adds one outcome to every test; the evidence of the first that
-    /// reached its threshold.
+    /// Adds one outcome to every test; the first test that reached its
+    /// threshold, if any.
     pub(super) fn judge(&mut self, failure: bool) -> Option<usize> {
         let state = self.live.state();
         let tuned = &self.model.tuned;
