@@ -26,7 +26,7 @@
 //! | `signal` | openings and outcomes reported from outside any call |
 //! | `prober` | the core's side of active probing |
 //! | `fleet` | taking in what a fleet backend decided |
-//! | `retire` | marks of use and retirement from a registry |
+//! | `supersede` | handing outcomes on to a breaker that takes this one's place; the words an owner keeps on it |
 //! | `snapshot` | reading state, retry-after and a snapshot |
 
 mod admit;
@@ -35,9 +35,9 @@ mod manual;
 mod prober;
 mod probes;
 mod record;
-mod retire;
 mod signal;
 mod snapshot;
+mod supersede;
 mod tally;
 mod transition;
 
@@ -90,10 +90,10 @@ struct Hot {
     probe_deadline_ms: AtomicU64,
     /// Shadow mode: every refusal becomes a pass (read on refusals only).
     shadow: AtomicBool,
-    /// Evicted from its registry: a keyed service that remembers this
-    /// breaker must look its key up again (read on every keyed call,
-    /// written once).
-    retired: AtomicBool,
+    /// Another breaker has taken its place (its registry evicted it): a
+    /// handle that remembers this breaker must find the other (read on
+    /// every keyed call, written once).
+    superseded: AtomicBool,
     /// The trip policy learns from latencies: every call reads the clock
     /// (read on every call, beside the state word; written on reconfigure).
     needs_latency: AtomicBool,
@@ -112,14 +112,12 @@ struct Counters {
     /// Calls admitted and refused on paths without a service clone of
     /// their own (keyed services); clones count theirs in `clones`.
     calls: AtomicU64,
-    /// A registry's insertion count when this breaker was last used: a
-    /// cheap clock for eviction order, written only when it has moved on
-    /// by the registry's marking interval.
-    used_at: AtomicU64,
-    /// Handles on this breaker that its registry's keyed services keep for
-    /// themselves (keys a service clone remembers, calls in flight): they
-    /// do not hold the breaker in the registry, as a user's handle does.
-    internal_handles: AtomicU64,
+    /// A word its owner uses as it likes (a registry: the mark of its last
+    /// use, see [`Shared::owner_mark`]).
+    owner_mark: AtomicU64,
+    /// Handles its owner's services keep for themselves, which are no
+    /// user's (see [`Shared::owner_handles`]).
+    owner_handles: AtomicU64,
     rejected: AtomicU64,
     /// Of those, refusals made by the breaker's parent (a registry's).
     rejected_by_parent: AtomicU64,
@@ -156,7 +154,7 @@ pub(super) struct Book {
     tally_armed: bool,
     /// What this breaker knows of the fleet's state, when it shares one.
     fleet: fleet::FleetBook,
-    /// Retired by its registry: where the outcomes of calls it admitted go.
+    /// Superseded: where the outcomes of calls it admitted go.
     successor: Option<Successor>,
     /// The counts of what happens under the lock.
     counts: BookCounts,
@@ -206,8 +204,8 @@ impl std::ops::DerefMut for BookGuard<'_> {
     }
 }
 
-/// Takes the outcomes of calls a retired breaker admitted: the breaker its
-/// registry now holds for the same key.
+/// Takes the outcomes of calls a superseded breaker admitted: the breaker
+/// that took its place (its registry's for the same key).
 pub(crate) type Successor = Arc<dyn Fn(Verdict, Option<(Duration, Instant)>) + Send + Sync>;
 
 /// What lock-free paths read of the config, kept up to date by
@@ -297,7 +295,7 @@ impl Shared {
                 success: AtomicU8::new(QUIET),
                 probe_deadline_ms: AtomicU64::new(u64::MAX),
                 shadow: AtomicBool::new(false),
-                retired: AtomicBool::new(false),
+                superseded: AtomicBool::new(false),
                 needs_latency: AtomicBool::new(false),
                 prober_running: AtomicBool::new(false),
             },

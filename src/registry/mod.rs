@@ -176,6 +176,37 @@ struct Inner<K> {
     store: Option<crate::store::Fleet>,
 }
 
+/// Marks a use of `shared` at insertion count `now` in its owner's word,
+/// unless one was marked less than `every` insertions ago: repeated use of
+/// a hot key writes nothing, and keys arriving all the time make it write
+/// at most once in `every` of them.
+#[inline]
+fn mark_used(shared: &Shared, now: u64, every: u64) {
+    let used_at = shared.owner_mark();
+    if now.wrapping_sub(used_at.load(Ordering::Relaxed)) >= every {
+        used_at.store(now, Ordering::Relaxed);
+    }
+}
+
+/// Whether the registry may evict the breaker `shared` (its own handle):
+/// idle (see [`Shared::is_idle`]) and held by nothing but the registry and
+/// its keyed services' own handles ([`held_by_none`]).
+fn is_evictable(shared: &Arc<Shared>) -> bool {
+    Shared::is_idle(shared) && held_by_none(shared)
+}
+
+/// Whether no user holds the breaker `shared` (the registry's own handle):
+/// a user's [`Breaker`], or a service or a layer built from one, holds
+/// it, as evicted it would go on guarding that user's calls with a breaker
+/// that no longer counts its key's failures. The keyed services' own
+/// handles (keys a clone remembers, calls in flight) do not: a call in
+/// flight whose breaker is evicted has its outcome passed on to the key's
+/// breaker then.
+fn held_by_none(shared: &Arc<Shared>) -> bool {
+    let others = Arc::strong_count(shared) as u64 - 1;
+    others <= shared.owner_handles()
+}
+
 struct Configs<K> {
     default: Config,
     per_key: HashMap<K, Config>,
@@ -302,7 +333,7 @@ where
     /// hot keys then cost one write per that many insertions.
     #[inline]
     fn mark_used(&self, shared: &Shared, now: u64) {
-        shared.mark_used(now, self.inner.mark_every);
+        mark_used(shared, now, self.inner.mark_every);
     }
 
     /// The breaker for `key`, made on first use. Its name is the key.
@@ -422,7 +453,7 @@ where
             store.attach(&breaker);
         }
         let tick = self.inner.insertions.fetch_add(1, Ordering::Relaxed) + 1;
-        breaker.shared.mark_used(tick, 1);
+        mark_used(&breaker.shared, tick, 1);
         let entry = (key.clone(), breaker.clone());
         match shard.entry(hash) {
             hash_map::Entry::Occupied(mut bucket) => bucket.get_mut().push(entry),
@@ -468,10 +499,10 @@ where
             let shard = shard.read().unwrap_or_else(|p| p.into_inner());
             for (hash, bucket) in shard.iter() {
                 for (key, breaker) in bucket.entries() {
-                    if Shared::is_evictable(&breaker.shared) {
+                    if is_evictable(&breaker.shared) {
                         candidates.push((
                             breaker.shared.holds_failures(),
-                            breaker.shared.used_at(),
+                            breaker.shared.owner_mark().load(Ordering::Relaxed),
                             *hash,
                             key.clone(),
                         ));
@@ -489,7 +520,12 @@ where
             if let Some(bucket) = shard.get_mut(&hash) {
                 // Evict only if still idle: it may have tripped meanwhile.
                 if let Some(i) = bucket.entries().iter().position(|(k, b)| {
-                    k == &key && Shared::retire_if_idle(&b.shared, self.successor(key.clone()))
+                    k == &key
+                        && Shared::supersede_if(
+                            &b.shared,
+                            self.successor(key.clone()),
+                            held_by_none,
+                        )
                 }) {
                     bucket.remove(i);
                     self.inner.keys.fetch_sub(1, Ordering::Relaxed);
@@ -518,7 +554,7 @@ where
                 _ => registry.find(&key, hash, None),
             };
             if let Some(breaker) = breaker {
-                breaker.shared.record_forwarded(verdict, timing);
+                breaker.shared.record_passed_on(verdict, timing);
             }
         })
     }

@@ -166,8 +166,9 @@ impl Shared {
             return;
         }
         if let Some(successor) = book.successor.clone() {
-            // Retired: the key's breaker now is another; the call counts
-            // there (outside this lock: it may take the registry's).
+            // Superseded: the call counts in the breaker that took this
+            // one's place (outside this lock: reaching it may take its
+            // owner's).
             drop(book);
             successor(verdict, timing);
             return;
@@ -230,7 +231,7 @@ impl Shared {
     }
 
     pub(super) fn refresh_success_flag(&self, book: &Book) {
-        // A retired breaker passes every success on, and a fleet count
+        // A superseded breaker passes every success on, and a fleet count
         // known to hold failures is reset by one.
         let passes_on = book.successor.is_some() || book.fleet.failures;
         let mode = super::success_mode(&book.policy, book.tallies, passes_on);
