@@ -367,7 +367,7 @@ impl Drop for Pending {
         // probe's permit goes with it.
         self.admission.cancel(&self.shared, self.start);
         if self.internal {
-            self.shared.note_owner_handle(false);
+            self.shared.note_keeper_handle(false);
         }
     }
 }

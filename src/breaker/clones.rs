@@ -49,7 +49,7 @@ struct Entry {
 }
 
 #[derive(Default)]
-struct Registry {
+struct Roster {
     live: Vec<Option<Entry>>,
     free: Vec<usize>,
     /// Counts of clones already dropped.
@@ -61,11 +61,11 @@ struct Registry {
 /// The live clones of one breaker.
 #[derive(Default)]
 pub(crate) struct Clones {
-    registry: Mutex<Registry>,
+    registry: Mutex<Roster>,
 }
 
 impl Clones {
-    fn lock(&self) -> MutexGuard<'_, Registry> {
+    fn lock(&self) -> MutexGuard<'_, Roster> {
         // Never held across user code: a poisoned lock means a bug here.
         self.registry.lock().unwrap_or_else(|p| p.into_inner())
     }

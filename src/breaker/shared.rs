@@ -26,7 +26,7 @@
 //! | `signal` | openings and outcomes reported from outside any call |
 //! | `prober` | the core's side of active probing |
 //! | `fleet` | taking in what a fleet backend decided |
-//! | `supersede` | handing outcomes on to a breaker that takes this one's place; the words an owner keeps on it |
+//! | `supersede` | handing outcomes on to a breaker that takes this one's place; the two words its keeper uses on it |
 //! | `snapshot` | reading state, retry-after and a snapshot |
 
 mod admit;
@@ -112,12 +112,12 @@ struct Counters {
     /// Calls admitted and refused on paths without a service clone of
     /// their own (keyed services); clones count theirs in `clones`.
     calls: AtomicU64,
-    /// A word its owner uses as it likes (a registry: the mark of its last
-    /// use, see [`Shared::owner_mark`]).
-    owner_mark: AtomicU64,
-    /// Handles its owner's services keep for themselves, which are no
-    /// user's (see [`Shared::owner_handles`]).
-    owner_handles: AtomicU64,
+    /// A word its keeper uses as it likes (a registry: the mark of its last
+    /// use, see [`Shared::keeper_mark`]).
+    keeper_mark: AtomicU64,
+    /// Handles its keeper's services keep for themselves, which are no
+    /// user's (see [`Shared::keeper_handles`]).
+    keeper_handles: AtomicU64,
     rejected: AtomicU64,
     /// Of those, refusals made by the breaker's parent (a registry's).
     rejected_by_parent: AtomicU64,

@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use super::candidate::Candidate;
 use super::error::{Exhausted, Reason, Unavailable};
-use super::{Settings, Shared};
+use super::{Pool, Settings};
 use crate::classify::{Classify, Outcome};
 use crate::millis::millis;
 use crate::{Breaker, CircuitOpen, State};
@@ -49,7 +49,7 @@ pin_project! {
     where
         T: Candidate<Req>,
     {
-        shared: Arc<Shared<T>>,
+        shared: Arc<Pool<T>>,
         classifier: C,
         request: Req,
         settings: Settings,
@@ -70,7 +70,7 @@ where
     T: Candidate<Req>,
 {
     pub(crate) fn new(
-        shared: Arc<Shared<T>>,
+        shared: Arc<Pool<T>>,
         classifier: C,
         request: Req,
         settings: Settings,
@@ -320,7 +320,7 @@ fn exhausted(reasons: &mut Vec<Unavailable>) -> BoxError {
 /// The state of the breaker `request` goes through at candidate `index`,
 /// read again after a call (for the logs: a failure may have opened it).
 fn state_now<T: Candidate<Req>, Req>(
-    shared: &Shared<T>,
+    shared: &Pool<T>,
     index: usize,
     request: &Req,
 ) -> Option<State> {

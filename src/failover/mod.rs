@@ -164,7 +164,7 @@ pub use self::future::ResponseFuture;
 ///
 /// [`Readiness::FailFast`]: crate::Readiness::FailFast
 pub struct Failover<T, C = ErrorsAsFailures> {
-    shared: Arc<Shared<T>>,
+    shared: Arc<Pool<T>>,
     classifier: C,
     settings: Settings,
 }
@@ -178,7 +178,7 @@ pub(crate) struct Settings {
 
 /// The chain, shared by every clone of the failover, and this clone's idle
 /// copies of its candidates, shared with its response futures.
-pub(crate) struct Shared<T> {
+pub(crate) struct Pool<T> {
     /// Copied when a clone of the failover has no idle copy at hand. Behind
     /// a mutex so that the chain can be shared across threads whatever the
     /// candidate is (`BoxCloneService` is `Send` but not `Sync`).
@@ -197,10 +197,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl<T> Shared<T> {
+impl<T> Pool<T> {
     fn new(prototypes: Arc<[Mutex<T>]>) -> Self {
         let idle = Mutex::new(prototypes.iter().map(|_| Vec::new()).collect());
-        Shared { prototypes, idle }
+        Pool { prototypes, idle }
     }
 
     /// How many candidates the chain has.
@@ -236,7 +236,7 @@ impl<T> Failover<T> {
         let prototypes: Arc<[Mutex<T>]> = candidates.into_iter().map(Mutex::new).collect();
         let max_attempts = prototypes.len().max(1);
         Failover {
-            shared: Arc::new(Shared::new(prototypes)),
+            shared: Arc::new(Pool::new(prototypes)),
             classifier: ErrorsAsFailures,
             settings: Settings {
                 max_attempts,
@@ -313,7 +313,7 @@ impl<T, C: Clone> Clone for Failover<T, C> {
         Failover {
             // The chain is shared; the idle copies are not: a new clone (one
             // per task, as tower clones services) makes and keeps its own.
-            shared: Arc::new(Shared::new(Arc::clone(&self.shared.prototypes))),
+            shared: Arc::new(Pool::new(Arc::clone(&self.shared.prototypes))),
             classifier: self.classifier.clone(),
             settings: self.settings,
         }

@@ -96,7 +96,7 @@ impl Policy for FailuresWithin {
     }
 
     fn start(&self) -> PolicyState {
-        PolicyState::Rule(Box::new(Recent {
+        PolicyState::Rule(Box::new(Latest {
             failures: self.failures,
             period: self.period,
             period_ms: millis(self.period),
@@ -107,14 +107,14 @@ impl Policy for FailuresWithin {
 
 /// The times of the latest failures, at most `failures` of them.
 #[derive(Debug)]
-struct Recent {
+struct Latest {
     failures: u32,
     period: Duration,
     period_ms: u64,
     at_ms: VecDeque<u64>,
 }
 
-impl Recent {
+impl Latest {
     /// The failures held that are still within the period of `now_ms`.
     fn within(&self, now_ms: u64) -> u32 {
         let fresh = |at: &&u64| now_ms.saturating_sub(**at) < self.period_ms;
@@ -122,7 +122,7 @@ impl Recent {
     }
 }
 
-impl Rule for Recent {
+impl Rule for Latest {
     fn record(&mut self, sample: Sample, now_ms: u64) -> Option<TripReason> {
         if !sample.failure {
             return None;

@@ -176,13 +176,13 @@ struct Inner<K> {
     store: Option<crate::store::Fleet>,
 }
 
-/// Marks a use of `shared` at insertion count `now` in its owner's word,
+/// Marks a use of `shared` at insertion count `now` in its keeper's mark,
 /// unless one was marked less than `every` insertions ago: repeated use of
 /// a hot key writes nothing, and keys arriving all the time make it write
 /// at most once in `every` of them.
 #[inline]
 fn mark_used(shared: &Shared, now: u64, every: u64) {
-    let used_at = shared.owner_mark();
+    let used_at = shared.keeper_mark();
     if now.wrapping_sub(used_at.load(Ordering::Relaxed)) >= every {
         used_at.store(now, Ordering::Relaxed);
     }
@@ -204,7 +204,7 @@ fn is_evictable(shared: &Arc<Shared>) -> bool {
 /// breaker then.
 fn held_by_none(shared: &Arc<Shared>) -> bool {
     let others = Arc::strong_count(shared) as u64 - 1;
-    others <= shared.owner_handles()
+    others <= shared.keeper_handles()
 }
 
 struct Configs<K> {
@@ -502,7 +502,7 @@ where
                     if is_evictable(&breaker.shared) {
                         candidates.push((
                             breaker.shared.holds_failures(),
-                            breaker.shared.owner_mark().load(Ordering::Relaxed),
+                            breaker.shared.keeper_mark().load(Ordering::Relaxed),
                             *hash,
                             key.clone(),
                         ));

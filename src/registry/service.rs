@@ -236,7 +236,7 @@ impl<K> Remembered<K> {
     fn new(key: K, child: &Breaker, parent: Option<&Breaker>) -> Self {
         let handle = |breaker: &Breaker| {
             let owner = Owner::new(Arc::clone(&breaker.shared), ());
-            breaker.shared.note_owner_handle(true);
+            breaker.shared.note_keeper_handle(true);
             owner
         };
         Remembered {
@@ -251,9 +251,9 @@ impl<K> Drop for Remembered<K> {
     fn drop(&mut self) {
         // Before the handles themselves go: until then the breaker reads as
         // held, which only delays its eviction.
-        self.child.shared.note_owner_handle(false);
+        self.child.shared.note_keeper_handle(false);
         if let Some(parent) = &self.parent {
-            parent.shared.note_owner_handle(false);
+            parent.shared.note_keeper_handle(false);
         }
     }
 }
@@ -369,14 +369,14 @@ pub(super) struct LookedUp(Breaker);
 
 impl LookedUp {
     pub(super) fn new(breaker: Breaker) -> Self {
-        breaker.shared.note_owner_handle(true);
+        breaker.shared.note_keeper_handle(true);
         LookedUp(breaker)
     }
 }
 
 impl Drop for LookedUp {
     fn drop(&mut self) {
-        self.0.shared.note_owner_handle(false);
+        self.0.shared.note_keeper_handle(false);
     }
 }
 
@@ -419,7 +419,7 @@ impl Leg {
     fn defer(&mut self, start: Option<Instant>) -> Option<Pending> {
         let admission = self.admission.hand_on()?;
         let shared = Arc::clone(self.via.shared());
-        shared.note_owner_handle(true);
+        shared.note_keeper_handle(true);
         Some(Pending::new(shared, true, admission, start))
     }
 

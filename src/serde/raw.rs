@@ -206,7 +206,7 @@ impl RawConfig {
 /// whose value is the policy's table of settings (a list of policies for
 /// `any_of`). Read whole, and turned into a policy when the config is
 /// built, where its path is known; each policy reads its own settings
-/// ([`FromFile`](crate::policy::FromFile), through [`Settings`]).
+/// ([`FromFile`](crate::policy::FromFile), through [`Table`]).
 #[derive(Clone, Debug)]
 pub(super) struct RawTrip(Scalar);
 
@@ -277,16 +277,16 @@ fn policy_at(value: &Scalar, path: &str) -> Result<TripPolicy, ConfigError> {
             ),
         ));
     };
-    (policy.read)(&Settings::new(settings, at, policy.fields)?)
+    (policy.read)(&Table::new(settings, at, policy.fields)?)
 }
 
 /// A table of settings as written, read by the policy it belongs to.
-struct Settings<'a> {
+struct Table<'a> {
     entries: &'a [(String, Scalar)],
     path: String,
 }
 
-impl<'a> Settings<'a> {
+impl<'a> Table<'a> {
     /// `value` as the settings at `path`, which may hold only `fields`,
     /// each once.
     fn new(
@@ -321,7 +321,7 @@ impl<'a> Settings<'a> {
                 return Err(ConfigError::new(join(&path, field), "is written twice"));
             }
         }
-        Ok(Settings { entries, path })
+        Ok(Table { entries, path })
     }
 
     fn get(&self, field: &str) -> Option<&'a Scalar> {
@@ -349,7 +349,7 @@ impl<'a> Settings<'a> {
     }
 }
 
-impl Written for Settings<'_> {
+impl Written for Table<'_> {
     fn path(&self, field: &str) -> String {
         join(&self.path, field)
     }
@@ -402,11 +402,7 @@ impl Written for Settings<'_> {
         fields: &'static [&'static str],
     ) -> Result<Option<Box<dyn Written + 's>>, ConfigError> {
         match self.given(field) {
-            Some(value) => Ok(Some(Box::new(Settings::new(
-                value,
-                self.path(field),
-                fields,
-            )?))),
+            Some(value) => Ok(Some(Box::new(Table::new(value, self.path(field), fields)?))),
             None => Ok(None),
         }
     }

@@ -1,8 +1,8 @@
-//! Superseding: a breaker another takes the place of hands the outcomes
-//! of the calls it admitted on to that one, and the two words whoever
-//! keeps it in a collection (a registry) may use on its first line. The
-//! core knows nothing of why: the owner decides when a breaker may be
-//! superseded, and by what.
+//! Superseding: a breaker whose place another takes hands the outcomes of
+//! the calls it admitted on to that one; and the two words its keeper
+//! (whoever keeps it in a collection: a registry) may use on its first
+//! line. The core knows nothing of why: the keeper decides when a breaker
+//! may be superseded, and by what.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,20 +14,20 @@ use crate::outcome::Verdict;
 use crate::sync::{AtomicU64, Ordering};
 
 impl Shared {
-    /// A word its owner may use as it likes (a registry keeps the mark of
+    /// A word its keeper may use as it likes (a registry keeps the mark of
     /// its last use there): on the breaker's first line, which a lookup
     /// reads anyway, and written by nothing else.
     #[inline]
-    pub(crate) fn owner_mark(&self) -> &AtomicU64 {
-        &self.counters.owner_mark
+    pub(crate) fn keeper_mark(&self) -> &AtomicU64 {
+        &self.counters.keeper_mark
     }
 
-    /// Its owner's services take (`true`) or drop a handle on it that does
-    /// not count as a user's (see [`Self::owner_handles`]). Taken after the
+    /// Its keeper's services take (`true`) or drop a handle on it that does
+    /// not count as a user's (see [`Self::keeper_handles`]). Taken after the
     /// handle is made and dropped before it goes, so that the count never
     /// exceeds such handles and the breaker at worst reads as held.
-    pub(crate) fn note_owner_handle(&self, taken: bool) {
-        let count = &self.counters.owner_handles;
+    pub(crate) fn note_keeper_handle(&self, taken: bool) {
+        let count = &self.counters.keeper_handles;
         if taken {
             count.fetch_add(1, Ordering::AcqRel);
         } else {
@@ -35,10 +35,10 @@ impl Shared {
         }
     }
 
-    /// The handles on it its owner's services keep for themselves: every
-    /// other handle but the owner's own is a user's.
-    pub(crate) fn owner_handles(&self) -> u64 {
-        self.counters.owner_handles.load(Ordering::Acquire)
+    /// The handles on it its keeper's services keep for themselves: every
+    /// other handle but the keeper's own is a user's.
+    pub(crate) fn keeper_handles(&self) -> u64 {
+        self.counters.keeper_handles.load(Ordering::Acquire)
     }
 
     /// Whether nothing of its own would be lost if another breaker took its
@@ -140,7 +140,7 @@ mod tests {
         assert!(!Shared::supersede_if(&shadowed, noting().0, |_| true));
         assert!(!shadowed.is_superseded());
 
-        // Idle, but its owner says no.
+        // Idle, but its keeper says no.
         let kept = shared(CountWindow::new(1, 10));
         assert!(!Shared::supersede_if(&kept, noting().0, |_| false));
         assert!(!kept.is_superseded());
