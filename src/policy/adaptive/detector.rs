@@ -19,7 +19,7 @@ pub(crate) struct Detector {
     pub(super) horizon: f64,
     pub(super) held: Held,
     pub(super) words_since_retune: u32,
-    pub(super) recent: Recent,
+    pub(super) recent: RecentRate,
     /// Whether the tests take the recent rate as the baseline.
     pub(super) risen: bool,
     pub(super) evidence: [Evidence; TESTS],
@@ -43,7 +43,7 @@ impl Detector {
             horizon: f64::from(policy.baseline_horizon),
             held: Held::default(),
             words_since_retune: 0,
-            recent: Recent::default(),
+            recent: RecentRate::default(),
             risen: false,
             evidence: [Evidence::default(); TESTS],
             active: false,

@@ -230,7 +230,7 @@ impl Held {
 /// averaged over the last [`RECENT_HORIZON`], and the spread of failures
 /// over words of 64 outcomes around it.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Recent {
+pub(super) struct RecentRate {
     pub(super) rate: f64,
     pub(super) outcomes: f64,
     /// The mean squared difference between a word's failures and the
@@ -239,7 +239,7 @@ pub(super) struct Recent {
     pub(super) words: f64,
 }
 
-impl Recent {
+impl RecentRate {
     pub(super) fn learn(&mut self, failures: u32, calls: u32, horizon: f64) {
         if calls == 0 {
             return;
