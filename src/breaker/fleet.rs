@@ -29,8 +29,8 @@
 //!
 //! * [`Shared::fleet_open`]: the fleet holds the breaker open in a fleet
 //!   generation, for so long, with this backoff attempt; or its period is
-//!   over and another instance holds the probe lease;
-//! * [`Shared::fleet_probe_won`]: this instance holds the probe lease of
+//!   over and another instance holds the probe lock;
+//! * [`Shared::fleet_probe_won`]: this instance holds the probe lock of
 //!   that generation: its local open period ends now, and it probes;
 //! * [`Shared::fleet_closed`]: the fleet is closed (with a failure count),
 //!   or closed a given generation.

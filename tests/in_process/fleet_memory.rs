@@ -257,7 +257,10 @@ async fn eight_instances_send_one_probe_per_open_period_and_all_learn_the_result
         assert!(pair[1] - pair[0] >= open, "two probes within one period");
     }
     let locks: u64 = fleet.iter().map(|i| i.store.stats().probe_locks_won).sum();
-    assert_eq!(locks as usize, probes, "every probe came with the lease");
+    assert_eq!(
+        locks as usize, probes,
+        "every probe came with the probe lock"
+    );
 
     // The upstream recovers: the next probe closes every instance.
     upstream.recover();
@@ -355,7 +358,7 @@ async fn probe_successes_add_up_across_instances() {
     let first = fleet
         .iter()
         .position(|i| i.state() == State::HalfOpen)
-        .expect("one instance holds the lease");
+        .expect("one instance holds the probe lock");
     // One success: not enough to close, here or anywhere.
     assert_eq!(fleet[first].request().await, Answer::Answered);
     settle().await;
@@ -445,14 +448,14 @@ async fn a_prober_that_dies_passes_the_turn_when_its_lease_runs_out() {
     let mut fleet = fleet_of(2, &memory, &config("llm", 1, open), &upstream);
     assert_eq!(fleet[0].request().await, Answer::Failed);
     let opened = Instant::now();
-    // Nobody sends a request: whoever wins the lease holds it unused.
+    // Nobody sends a request: whoever wins the probe lock holds it unused.
     tokio::time::sleep(open).await;
     let won_at = opened + open;
     settle().await;
     let winner = fleet
         .iter()
         .position(|i| i.store.stats().probe_locks_won == 1)
-        .expect("a lease won");
+        .expect("a probe lock won");
     // The winner dies (its store, task and breaker all gone) mid-probe.
     drop(fleet.remove(winner));
     let survivor = fleet.pop().unwrap();
@@ -462,7 +465,7 @@ async fn a_prober_that_dies_passes_the_turn_when_its_lease_runs_out() {
     tokio::time::sleep_until(won_at + lease - Duration::from_millis(10)).await;
     assert_eq!(survivor.request().await, Answer::Refused);
     assert_eq!(survivor.store.stats().probe_locks_won, 0);
-    // ...then takes the lease and probes.
+    // ...then takes the probe lock and probes.
     tokio::time::sleep_until(won_at + lease).await;
     settle().await;
     assert_eq!(survivor.request().await, Answer::Answered);
@@ -488,7 +491,7 @@ async fn an_idle_prober_whose_lease_runs_out_unopposed_keeps_the_turn() {
     tokio::time::sleep(lease * 5).await;
     assert_eq!(one.state(), State::HalfOpen);
     assert!(transitions.try_recv().is_err(), "no transition meanwhile");
-    // An instance starting now finds the lease held, and refuses.
+    // An instance starting now finds the probe lock held, and refuses.
     let late = Instance::new(&memory, config, &upstream);
     settle().await;
     assert_eq!(late.state(), State::Open);
@@ -531,7 +534,7 @@ async fn a_breaker_attached_late_learns_an_opening_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn dropped_breakers_are_forgotten_and_never_take_the_lease() {
+async fn dropped_breakers_are_forgotten_and_never_take_the_probe_lock() {
     let memory = MemoryFleet::builder().build().unwrap();
     let upstream = Upstream::failing();
     let open = Duration::from_millis(100);
@@ -543,8 +546,8 @@ async fn dropped_breakers_are_forgotten_and_never_take_the_lease() {
     let Instance { store: idle, .. } = fleet.remove(0);
     let busy = fleet.pop().unwrap();
     for _ in 0..5 {
-        // At each period's end the lease is this instance's at once: it
-        // probes without waiting out a lease taken for nothing.
+        // At each period's end the probe lock is this instance's at once: it
+        // probes without waiting out a probe lock taken for nothing.
         tokio::time::sleep(open).await;
         settle().await;
         assert_eq!(busy.request().await, Answer::Failed);
@@ -894,7 +897,7 @@ async fn several_breakers_of_one_name_on_one_instance_send_one_probe() {
     settle().await;
     assert!(layers.iter().all(|l| l.breaker().state() == State::Open));
     for round in 1..=3 {
-        // The period ends; this instance wins the lease; every client asks.
+        // The period ends; this instance wins the probe lock; every client asks.
         tokio::time::sleep(open).await;
         settle().await;
         let half_open = layers
@@ -933,7 +936,7 @@ async fn an_active_prober_probes_as_soon_as_its_instance_wins_the_lease() {
     // comes at once: its prober must not sleep out the hold.
     tokio::time::sleep(open + Duration::from_millis(50)).await;
     let probes: Vec<Instant> = upstream.arrivals()[1..].to_vec();
-    assert_eq!(probes.len(), 1, "one probe, from the lease's winner");
+    assert_eq!(probes.len(), 1, "one probe, from the probe lock's winner");
     assert!(
         probes[0] - opened < open + Duration::from_millis(20),
         "probed {:?} after the opening",
@@ -975,7 +978,7 @@ async fn the_fleets_state_names_the_prober_and_the_voters() {
     let state = steer.state("llm").await.unwrap();
     let opening = state.opening.expect("a quorum opened it");
     assert_eq!(opening.generation, 1);
-    // Once the period ends, one of them holds the probe lease.
+    // Once the period ends, one of them holds the probe lock.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let state = steer.state("llm").await.unwrap();
     let (prober, lease) = state.prober.expect("a prober");

@@ -18,7 +18,7 @@
 //!   and counts as the caller's vote for its open period and the probe
 //!   lease; `min_open` counts from the first opening of an outage, not from
 //!   each reopening;
-//! * `Probe` takes the probe lease once the open period has ended, or says
+//! * `Probe` takes the probe lock once the open period has ended, or says
 //!   who holds it; a caller whose own lease ran out gives it up;
 //! * `ProbeOk` counts a probe's success in its generation and closes at
 //!   `successes_to_close` once `min_open` has passed.

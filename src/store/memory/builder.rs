@@ -45,7 +45,7 @@ pub struct MemoryFleetBuilder {
 }
 
 impl MemoryFleetBuilder {
-    /// How long the probe lease is held (default 10 s): it should cover a
+    /// How long the probe lock is held, its lease (default 10 s): it should cover a
     /// probe's duration and be shorter than the open period. A lease that
     /// runs out without a verdict passes the turn on; a prober still
     /// half-open renews it.
@@ -56,7 +56,7 @@ impl MemoryFleetBuilder {
 
     /// How long past the fleet's open period (or another instance's probe
     /// lease) a breaker keeps refusing while its instance's task races for
-    /// the lease (default 1 s). If the task is gone, the breaker probes on
+    /// the probe lock (default 1 s). If the task is gone, the breaker probes on
     /// its own once the hold has run out.
     pub fn hold(mut self, hold: Duration) -> Self {
         self.hold = hold;

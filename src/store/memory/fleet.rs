@@ -105,7 +105,7 @@ impl MemoryFleet {
     /// A new instance named `name` (a host, a pod): toward a quorum, its
     /// failures count under that name, with those of every instance of the
     /// same name, so a crash-looping instance made again and again under
-    /// its name is still one instance failing. Its probe leases are its
+    /// its name is still one instance failing. Its probe locks are its
     /// own: two live instances of one name never share a probe. The fleet
     /// remembers each name it was given for as long as it lives: name
     /// instances from a bounded set (hosts, pods), not afresh each time.

@@ -94,7 +94,7 @@ pub struct MemoryStoreStats {
     pub writes: u64,
     /// Writes dropped because the queue was full (the oldest go first).
     pub dropped_writes: u64,
-    /// Times this instance won a probe lease.
+    /// Times this instance won a probe lock.
     pub probe_locks_won: u64,
 }
 

@@ -19,7 +19,7 @@
 //!   below it, the failing instance's breaker opens on its own and the
 //!   others keep serving.
 //! - **One prober.** When the fleet's open period ends, one instance wins
-//!   the probe lease ([`probe_lease`](MemoryFleetBuilder::probe_lease) long)
+//!   the probe lock ([`probe_lease`](MemoryFleetBuilder::probe_lease) long)
 //!   and its breakers go half-open; the others keep refusing, hear that the
 //!   lease is held elsewhere, and learn the result. A lease that runs out
 //!   without a verdict (its instance gone, or its breaker dropped) passes
@@ -43,7 +43,7 @@
 //!
 //! While a breaker follows a fleet opening, its own open period is the
 //! fleet's plus a [`hold`](MemoryFleetBuilder::hold): the time its
-//! instance's task has to race for the probe lease (which ends the local
+//! instance's task has to race for the probe lock (which ends the local
 //! period at once) or hear that another instance holds it (which extends
 //! it). An instance whose handles are all gone stops hearing; its breakers,
 //! if anything still holds them, fall back to their own reckoning when the

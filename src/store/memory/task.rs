@@ -3,7 +3,7 @@
 //!
 //! It drains the write queue, takes in the instance's news (attachments,
 //! answers, other instances' changes) in the order the fleet decided them,
-//! and races for the probe lease when a name's open period ends. Every
+//! and races for the probe lock when a name's open period ends. Every
 //! answer goes into the local breakers through the `fleet_*` transitions,
 //! from here, never from the request path.
 
@@ -80,7 +80,7 @@ impl Task {
     }
 
     /// Waits for news, queued writes, or a name's time to race for the
-    /// probe lease. Every source is polled each time (tokio's `select!`
+    /// probe lock. Every source is polled each time (tokio's `select!`
     /// would need its macros in the core), and whatever is ready is
     /// returned, so a wake-up taken is never lost.
     async fn wake(&mut self) -> (Option<Option<News>>, bool) {
@@ -134,9 +134,9 @@ impl Task {
         self.queue.notify.notify_one();
     }
 
-    /// Races for the probe lease of every name whose time has come; names
+    /// Races for the probe lock of every name whose time has come; names
     /// whose breakers are all gone are forgotten instead (they would hold
-    /// the lease with nothing to probe).
+    /// the probe lock with nothing to probe).
     fn probe_due(&mut self) {
         let now = Instant::now();
         let lease_ms = millis(self.fleet.timing.lease);
@@ -228,6 +228,6 @@ impl Task {
 pub(crate) struct Timing {
     /// How long past the fleet's period a following breaker waits for word.
     pub(crate) hold: Duration,
-    /// The probe lease.
+    /// The probe lock.
     pub(crate) lease: Duration,
 }

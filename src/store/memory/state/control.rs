@@ -80,7 +80,7 @@ impl Fleet {
             record.failing.clone(),
             record.votes.iter().map(|(who, _)| *who).collect::<Vec<_>>(),
             record
-                .lease
+                .probe_lock
                 .as_ref()
                 .map(|l| (l.holder, left(Some(l.until)))),
             record.control,

@@ -4,7 +4,7 @@
 //!
 //! Each name has a [`Record`] whose parts expire as the Redis keys of that
 //! name do (the opening, its open period, `min_open`, the failure count,
-//! the probe lease), on tokio's clock. Every operation answers the calling
+//! the probe lock), on tokio's clock. Every operation answers the calling
 //! instance with a [`Reply`], exactly as the script would, and tells every
 //! other instance what changed (an opening, a closing, a new failure
 //! count): what pub/sub and the index do for Redis, here at once and
@@ -34,7 +34,7 @@ use crate::Control;
 use operate::operate;
 use record::Record;
 
-/// Which instance of the fleet: the probe lease's holder, and whom news
+/// Which instance of the fleet: the probe lock's holder, and whom news
 /// goes to. A new one for every instance made.
 pub(crate) type InstanceId = u64;
 

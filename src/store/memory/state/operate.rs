@@ -6,7 +6,7 @@
 
 use tokio::time::Instant;
 
-use super::record::{after, Lease, Opening, Record};
+use super::record::{after, Opening, ProbeLock, Record};
 use super::{Caller, Change};
 use crate::store::fleet::{Args, Op, Reply, Write};
 
@@ -20,7 +20,7 @@ pub(super) fn operate(
     write: &Write,
     now: Instant,
 ) -> (Reply, Option<Change>) {
-    // Quorums count voters; a probe lease belongs to one instance.
+    // Quorums count voters; a probe lock belongs to one instance.
     let (from, voter) = (caller.instance, caller.voter);
     let args = &write.args;
     let lease_ms = args.lease_ms.max(1);
@@ -55,7 +55,7 @@ pub(super) fn operate(
             }
             // A new opening needs `quorum` instances failing; below it,
             // the caller's opening is a vote, for its open period and the
-            // probe lease.
+            // probe lock.
             None if record.failing(voter) < quorum => {
                 let until = after(now, args.open_ms.max(1).saturating_add(lease_ms));
                 record.votes.retain(|(who, _)| *who != voter);
@@ -72,11 +72,11 @@ pub(super) fn operate(
                 Some(o) if record.open_until.is_none() => (o.generation, o.attempt),
                 _ => return (record.state(now), None),
             };
-            match &record.lease {
+            match &record.probe_lock {
                 Some(lease) if lease.holder == from => {
                     // The caller's lease ran out without a verdict: its
                     // turn is over.
-                    record.lease = None;
+                    record.probe_lock = None;
                     let held = Reply::ProbeHeld {
                         generation,
                         lease_ms: 0,
@@ -85,7 +85,7 @@ pub(super) fn operate(
                     (held, None)
                 }
                 None => {
-                    record.lease = Some(Lease {
+                    record.probe_lock = Some(ProbeLock {
                         holder: from,
                         until: after(now, lease_ms),
                     });
@@ -128,7 +128,7 @@ pub(super) fn operate(
                     Some(Change::Closed(generation)),
                 );
             }
-            match record.lease.as_mut() {
+            match record.probe_lock.as_mut() {
                 Some(lease) if lease.holder == from => {
                     lease.until = after(now, lease_ms);
                     (
@@ -153,7 +153,7 @@ pub(super) fn operate(
 }
 
 /// The script's `open(attempt)`: a new fleet generation, open for
-/// `open_ms`, the count and the lease forgotten.
+/// `open_ms`, the count and the probe lock forgotten.
 pub(super) fn open_record(
     record: &mut Record,
     last_generation: &mut u64,
@@ -178,7 +178,7 @@ pub(super) fn open_record(
     }
     record.forget_failures();
     record.votes.clear();
-    record.lease = None;
+    record.probe_lock = None;
     let reply = Reply::Open {
         generation,
         left_ms: open_ms,

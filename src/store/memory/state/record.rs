@@ -1,6 +1,6 @@
 //! One name's record: every part the fleet keeps of it (the opening, its
 //! open period, `min_open`, the failure count and who failed, the votes,
-//! the probe lease, an operator's control), each gone once its time is up
+//! the probe lock, an operator's control), each gone once its time is up
 //! as the Redis key it stands for expires, and what the script reads of
 //! them (the state, what is left of a period or a lease).
 
@@ -24,9 +24,10 @@ pub(super) struct Opening {
     pub(super) until: Instant,
 }
 
-/// The probe lease (Redis: `probe_lock`).
+/// The probe lock: the instance that may probe, until its lease runs out
+/// (Redis: `probe_lock`).
 #[derive(Debug)]
-pub(super) struct Lease {
+pub(super) struct ProbeLock {
     pub(super) holder: InstanceId,
     pub(super) until: Instant,
 }
@@ -48,7 +49,8 @@ pub(super) struct Record {
     /// Instances whose own opening was declined, and until when each
     /// counts as failing (Redis: `votes`).
     pub(super) votes: Vec<(VoterId, Instant)>,
-    pub(super) lease: Option<Lease>,
+    /// The probe lock (Redis: `probe_lock`).
+    pub(super) probe_lock: Option<ProbeLock>,
     /// An operator's fleet-wide hold (Redis: the index's `!<name>`
     /// field), kept until restored or reset.
     pub(super) control: Option<(u64, Control)>,
@@ -73,8 +75,8 @@ impl Record {
             self.failing.clear();
         }
         self.votes.retain(|(_, until)| *until > now);
-        if self.lease.as_ref().is_some_and(|l| l.until <= now) {
-            self.lease = None;
+        if self.probe_lock.as_ref().is_some_and(|l| l.until <= now) {
+            self.probe_lock = None;
         }
     }
 
@@ -84,7 +86,7 @@ impl Record {
             && self.min_open_until.is_none()
             && self.failures.is_none()
             && self.votes.is_empty()
-            && self.lease.is_none()
+            && self.probe_lock.is_none()
             && self.control.is_none()
     }
 
@@ -131,7 +133,7 @@ impl Record {
     }
 
     pub(super) fn lease_left_ms(&self, now: Instant) -> u64 {
-        self.lease
+        self.probe_lock
             .as_ref()
             .map_or(0, |l| millis_up(l.until.saturating_duration_since(now)))
     }

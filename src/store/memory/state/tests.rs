@@ -1,5 +1,5 @@
 //! The record's operations against the script's semantics (thresholds,
-//! failure windows, one opening per generation, one lease at a time,
+//! failure windows, one opening per generation, one probe lock at a time,
 //! closing on probe successes once `min_open` has passed), and generations
 //! that never repeat across the fleet.
 
@@ -154,7 +154,7 @@ fn an_opening_is_written_once_per_generation_and_min_open_counts_from_the_first(
 }
 
 #[test]
-fn one_lease_at_a_time_and_a_holder_whose_lease_ran_out_gives_it_up() {
+fn one_probe_lock_at_a_time_and_a_holder_whose_lease_ran_out_gives_it_up() {
     let (mut record, mut generations, t) = (Record::default(), 0, Instant::now());
     run(&mut record, &mut generations, A, Op::Open, opening(0, 0), t);
     let probe = || opening(0, 0);
@@ -186,7 +186,7 @@ fn one_lease_at_a_time_and_a_holder_whose_lease_ran_out_gives_it_up() {
         "{held:?}"
     );
     // The holder looks again before its lease ends, with no verdict:
-    // its turn is over, and the lease is free.
+    // its turn is over, and the probe lock is free.
     let given_up = run(
         &mut record,
         &mut generations,

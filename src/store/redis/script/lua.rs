@@ -119,7 +119,7 @@ local function run()
     if g and (g ~= ARGV[8] or redis.call('EXISTS', KEYS[2]) == 1) then return state() end
     -- A new opening (not the reopening after a failed probe) needs
     -- `quorum` instances failing; below it, the caller's opening is a vote,
-    -- for its open period and the probe lease.
+    -- for its open period and the probe lock.
     if not g and quorum > 1 then
       local now = now_ms()
       if failing(now) < quorum then
