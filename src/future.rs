@@ -17,15 +17,15 @@ use crate::breaker::shared::Shared;
 use crate::classify::{Classified, Classify, Outcome, Verdict};
 use crate::config::LatencyTo;
 use crate::error::CircuitOpen;
-use crate::local::Lease;
+use crate::local::Loan;
 
 /// How a response future reaches its breaker and classifier until the
 /// outcome is in.
 pub(crate) enum Via<C> {
-    /// A lease on the calling service clone's own handle: one atomic
+    /// A loan of the calling service clone's own handle: one atomic
     /// operation per call, on a line no other clone writes (a clone that
     /// makes more than one call).
-    Leased(Lease<C>),
+    Loaned(Loan<C>),
     /// A reference to the breaker and a copy of the classifier (a clone
     /// serving a single request, which makes no handle of its own).
     Direct { shared: Arc<Shared>, classifier: C },
@@ -35,7 +35,7 @@ impl<C> Via<C> {
     #[inline(always)]
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         match self {
-            Via::Leased(lease) => &lease.shared,
+            Via::Loaned(loan) => &loan.shared,
             Via::Direct { shared, .. } => shared,
         }
     }
@@ -43,7 +43,7 @@ impl<C> Via<C> {
     #[inline(always)]
     pub(crate) fn classifier(&self) -> &C {
         match self {
-            Via::Leased(lease) => &lease.classifier,
+            Via::Loaned(loan) => &loan.classifier,
             Via::Direct { classifier, .. } => classifier,
         }
     }
@@ -296,10 +296,11 @@ pub(crate) struct Obligation {
 /// The obligation at one breaker.
 pub(crate) struct Pending {
     pub(crate) shared: Arc<Shared>,
-    /// Whether `shared` was taken for the call alone by a keyed service (a
-    /// handle the registry's eviction does not count as a user's, so that
-    /// calls in flight never hold breakers in a full registry).
-    pub(crate) internal: bool,
+    /// Whether `shared` is a keeper's handle, taken for the call alone by
+    /// a keyed service (one the registry's eviction does not count as a
+    /// user's, so that calls in flight never hold breakers in a full
+    /// registry; see [`Shared::keeper_handles`]).
+    pub(crate) kept: bool,
     pub(crate) admission: Admission,
     pub(crate) start: Option<Instant>,
     /// The call's latency, once taken where its breaker's `latency_to`
@@ -313,13 +314,13 @@ impl Pending {
     /// taken now.
     pub(crate) fn new(
         shared: Arc<Shared>,
-        internal: bool,
+        kept: bool,
         admission: Admission,
         start: Option<Instant>,
     ) -> Self {
         let mut pending = Pending {
             shared,
-            internal,
+            kept,
             admission,
             start,
             latency: None,
@@ -366,7 +367,7 @@ impl Drop for Pending {
         // a failure once the call waited `cancelled_failure_after`; a
         // probe's permit goes with it.
         self.admission.cancel(&self.shared, self.start);
-        if self.internal {
+        if self.kept {
             self.shared.note_keeper_handle(false);
         }
     }

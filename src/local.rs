@@ -3,16 +3,16 @@
 //! A response future may outlive the service that made it, so it must keep
 //! the breaker alive. An `Arc` would cost two atomic read-modify-writes per
 //! call (clone and drop). Here the count is split: the one service clone that
-//! owns a [`Local`] counts the leases it hands out with plain arithmetic
+//! owns a [`Local`] counts the loans it hands out with plain arithmetic
 //! (`call` has `&mut self`, so nobody else touches that number), and only a
-//! lease's release is atomic. One atomic operation per call, on a cache line
+//! loan's release is atomic. One atomic operation per call, on a cache line
 //! private to that clone.
 //!
-//! The atomic `refs` starts at zero and each released lease subtracts one, so
-//! while the owner lives it holds minus the number of leases returned. When
+//! The atomic `refs` starts at zero and each released loan subtracts one, so
+//! while the owner lives it holds minus the number of loans returned. When
 //! the owner drops it adds the number it issued: the result is the number of
-//! leases still out. Whoever brings it to zero frees the `Local`: the owner
-//! (none out) or the last lease.
+//! loans still out. Whoever brings it to zero frees the `Local`: the owner
+//! (none out) or the last loan.
 
 use std::marker::PhantomData;
 use std::ops::Deref;
@@ -48,7 +48,7 @@ pub(crate) struct Owner<C> {
 }
 
 /// A reference held by one response future.
-pub(crate) struct Lease<C> {
+pub(crate) struct Loan<C> {
     ptr: NonNull<Local<C>>,
     _shares: PhantomData<Local<C>>,
 }
@@ -60,9 +60,9 @@ unsafe impl<C: Send + Sync> Send for Owner<C> {}
 // SAFETY: as above; `&Owner` only gives `&Local<C>`.
 unsafe impl<C: Send + Sync> Sync for Owner<C> {}
 // SAFETY: as above.
-unsafe impl<C: Send + Sync> Send for Lease<C> {}
-// SAFETY: as above; `&Lease` only gives `&Local<C>`.
-unsafe impl<C: Send + Sync> Sync for Lease<C> {}
+unsafe impl<C: Send + Sync> Send for Loan<C> {}
+// SAFETY: as above; `&Loan` only gives `&Local<C>`.
+unsafe impl<C: Send + Sync> Sync for Loan<C> {}
 
 impl<C> Owner<C> {
     pub(crate) fn new(shared: Arc<Shared>, classifier: C) -> Self {
@@ -88,18 +88,18 @@ impl<C> Owner<C> {
         self.slot
     }
 
-    /// How many leases this owner has issued.
+    /// How many loans this owner has issued.
     #[cfg(test)]
     pub(crate) fn issued(&self) -> u64 {
         self.issued
     }
 
     /// A reference for a response future. No atomic operation: only this
-    /// owner issues leases, through `&mut self`.
+    /// owner issues loans, through `&mut self`.
     #[inline(always)]
-    pub(crate) fn lease(&mut self) -> Lease<C> {
+    pub(crate) fn loan(&mut self) -> Loan<C> {
         self.issued += 1;
-        Lease {
+        Loan {
             ptr: self.ptr,
             _shares: PhantomData,
         }
@@ -117,12 +117,12 @@ impl<C> Deref for Owner<C> {
     }
 }
 
-impl<C> Deref for Lease<C> {
+impl<C> Deref for Loan<C> {
     type Target = Local<C>;
 
     #[inline(always)]
     fn deref(&self) -> &Local<C> {
-        // SAFETY: this lease has not been released yet (that happens in its
+        // SAFETY: this loan has not been released yet (that happens in its
         // `drop`), so `refs` cannot have reached zero: the `Local` is alive.
         unsafe { self.ptr.as_ref() }
     }
@@ -131,31 +131,31 @@ impl<C> Deref for Lease<C> {
 impl<C> Drop for Owner<C> {
     fn drop(&mut self) {
         self.shared.clones().retire(self.slot);
-        // `refs` is minus the leases returned so far; adding the number
-        // issued gives the leases still out. AcqRel: release this clone's
-        // own accesses, and acquire every returned lease's, in case we free.
+        // `refs` is minus the loans returned so far; adding the number
+        // issued gives the loans still out. AcqRel: release this clone's
+        // own accesses, and acquire every returned loan's, in case we free.
         let prev = self.refs.fetch_add(self.issued, Ordering::AcqRel);
         if prev.wrapping_add(self.issued) == 0 {
-            // SAFETY: the owner is going and no lease is out: nothing else
+            // SAFETY: the owner is going and no loan is out: nothing else
             // can reach the `Local`, which came from `Box::leak` in `new`.
             drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
         }
     }
 }
 
-impl<C> Drop for Lease<C> {
+impl<C> Drop for Loan<C> {
     #[inline(always)]
     fn drop(&mut self) {
-        // While the owner lives, `refs` is zero or minus the leases returned,
+        // While the owner lives, `refs` is zero or minus the loans returned,
         // never one (that would need 2^64 - 1 returns), so only a release
-        // after the owner has gone can see one: the last lease out.
+        // after the owner has gone can see one: the last loan out.
         if self.refs.fetch_sub(1, Ordering::Release) == 1 {
             self.free();
         }
     }
 }
 
-impl<C> Lease<C> {
+impl<C> Loan<C> {
     /// Frees the `Local`: out of line, so that the common release (the
     /// owner still alive) inlines into the caller.
     #[cold]
@@ -163,7 +163,7 @@ impl<C> Lease<C> {
     fn free(&mut self) {
         // Pair with every other release before freeing, as `Arc` does.
         fence(Ordering::Acquire);
-        // SAFETY: the owner has dropped and this was the last lease (the
+        // SAFETY: the owner has dropped and this was the last loan (the
         // caller saw `refs` go from one to zero): nothing else can reach the
         // `Local`, which came from `Box::leak`.
         drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
@@ -194,7 +194,7 @@ mod tests {
     fn leases_returned_before_the_owner_leave_it_to_the_owner() {
         let (mut owner, alive) = owner();
         for _ in 0..3 {
-            drop(owner.lease());
+            drop(owner.loan());
         }
         assert_eq!(Arc::strong_count(&alive), 2);
         drop(owner);
@@ -204,13 +204,13 @@ mod tests {
     #[test]
     fn the_last_lease_out_frees_after_the_owner_is_gone() {
         let (mut owner, alive) = owner();
-        let a = owner.lease();
-        let b = owner.lease();
-        drop(owner.lease());
+        let a = owner.loan();
+        let b = owner.loan();
+        drop(owner.loan());
         drop(owner);
-        assert_eq!(Arc::strong_count(&alive), 2, "two leases still out");
+        assert_eq!(Arc::strong_count(&alive), 2, "two loans still out");
         drop(a);
-        assert_eq!(Arc::strong_count(&alive), 2, "one lease still out");
+        assert_eq!(Arc::strong_count(&alive), 2, "one loan still out");
         let _ = b.classifier.0.clone();
         drop(b);
         assert_eq!(Arc::strong_count(&alive), 1);
@@ -220,10 +220,10 @@ mod tests {
     fn leases_released_on_other_threads_free_exactly_once() {
         for _ in 0..200 {
             let (mut owner, alive) = owner();
-            let leases: Vec<_> = (0..8).map(|_| owner.lease()).collect();
-            let threads: Vec<_> = leases
+            let loans: Vec<_> = (0..8).map(|_| owner.loan()).collect();
+            let threads: Vec<_> = loans
                 .into_iter()
-                .map(|lease| std::thread::spawn(move || drop(lease)))
+                .map(|loan| std::thread::spawn(move || drop(loan)))
                 .collect();
             drop(owner);
             for t in threads {

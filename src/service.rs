@@ -304,7 +304,7 @@ impl<C> Handle<C> {
         match &mut self.own {
             Some(owner) => {
                 owner.counts.admitted();
-                Via::Leased(owner.lease())
+                Via::Loaned(owner.loan())
             }
             None => {
                 self.shared.count_call(true);

@@ -61,13 +61,13 @@ struct Roster {
 /// The live clones of one breaker.
 #[derive(Default)]
 pub(crate) struct Clones {
-    registry: Mutex<Roster>,
+    roster: Mutex<Roster>,
 }
 
 impl Clones {
     fn lock(&self) -> MutexGuard<'_, Roster> {
         // Never held across user code: a poisoned lock means a bug here.
-        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+        self.roster.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Registers a new clone; returns its counts and its slot.
@@ -77,15 +77,15 @@ impl Clones {
             counts: Arc::clone(&counts),
             waker: None,
         };
-        let mut registry = self.lock();
-        let slot = match registry.free.pop() {
+        let mut roster = self.lock();
+        let slot = match roster.free.pop() {
             Some(slot) => {
-                registry.live[slot] = Some(entry);
+                roster.live[slot] = Some(entry);
                 slot
             }
             None => {
-                registry.live.push(Some(entry));
-                registry.live.len() - 1
+                roster.live.push(Some(entry));
+                roster.live.len() - 1
             }
         };
         (counts, slot)
@@ -93,24 +93,24 @@ impl Clones {
 
     /// A clone is going: fold its counts into the totals.
     pub(crate) fn retire(&self, slot: usize) {
-        let mut registry = self.lock();
-        if let Some(entry) = registry.live.get_mut(slot).and_then(Option::take) {
-            registry.retired_admitted += entry.counts.admitted.load(Ordering::Relaxed);
-            registry.retired_rejected += entry.counts.rejected.load(Ordering::Relaxed);
-            registry.retired_by_parent += entry.counts.by_parent.load(Ordering::Relaxed);
-            registry.free.push(slot);
+        let mut roster = self.lock();
+        if let Some(entry) = roster.live.get_mut(slot).and_then(Option::take) {
+            roster.retired_admitted += entry.counts.admitted.load(Ordering::Relaxed);
+            roster.retired_rejected += entry.counts.rejected.load(Ordering::Relaxed);
+            roster.retired_by_parent += entry.counts.by_parent.load(Ordering::Relaxed);
+            roster.free.push(slot);
         }
     }
 
     /// Calls admitted, refused, and refused by the parent, over live and
     /// retired clones.
     pub(crate) fn totals(&self) -> (u64, u64, u64) {
-        let registry = self.lock();
-        registry.live.iter().flatten().fold(
+        let roster = self.lock();
+        roster.live.iter().flatten().fold(
             (
-                registry.retired_admitted,
-                registry.retired_rejected,
-                registry.retired_by_parent,
+                roster.retired_admitted,
+                roster.retired_rejected,
+                roster.retired_by_parent,
             ),
             |(admitted, rejected, by_parent), entry| {
                 (
@@ -126,8 +126,8 @@ impl Clones {
     /// at the state again after this returns: a change made before it was
     /// registered does not wake it.
     pub(crate) fn wait(&self, slot: usize, waker: &Waker) {
-        let mut registry = self.lock();
-        if let Some(Some(entry)) = registry.live.get_mut(slot) {
+        let mut roster = self.lock();
+        if let Some(Some(entry)) = roster.live.get_mut(slot) {
             match &entry.waker {
                 Some(existing) if existing.will_wake(waker) => {}
                 _ => entry.waker = Some(waker.clone()),
@@ -139,8 +139,8 @@ impl Clones {
     /// waker may poll the service at once, which would take it again.
     pub(crate) fn wake_all(&self) {
         let wakers: Vec<Waker> = {
-            let mut registry = self.lock();
-            registry
+            let mut roster = self.lock();
+            roster
                 .live
                 .iter_mut()
                 .flatten()

@@ -39,7 +39,7 @@
 //!
 //! * **one opening, one prober**: fleet generations of one name never
 //!   repeat and only grow; at most one instance at a time holds the probe
-//!   lease of a generation, for a bounded lease;
+//!   lock of a generation, for a bounded lease;
 //! * **counts that add up**: failures from every instance add to one count,
 //!   and a success reported after failures resets it; `successes_to_close`
 //!   and `min_open` hold across the fleet;

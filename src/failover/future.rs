@@ -49,7 +49,7 @@ pin_project! {
     where
         T: Candidate<Req>,
     {
-        shared: Arc<Pool<T>>,
+        pool: Arc<Pool<T>>,
         classifier: C,
         request: Req,
         settings: Settings,
@@ -69,15 +69,10 @@ impl<T, C, Req> ResponseFuture<T, C, Req>
 where
     T: Candidate<Req>,
 {
-    pub(crate) fn new(
-        shared: Arc<Pool<T>>,
-        classifier: C,
-        request: Req,
-        settings: Settings,
-    ) -> Self {
+    pub(crate) fn new(pool: Arc<Pool<T>>, classifier: C, request: Req, settings: Settings) -> Self {
         ResponseFuture {
             reasons: Vec::new(),
-            shared,
+            pool,
             classifier,
             request,
             settings,
@@ -134,15 +129,15 @@ where
             match this.step {
                 Step::Choose => {
                     let index = *this.next;
-                    if index >= this.shared.len() {
+                    if index >= this.pool.len() {
                         // Every candidate has been looked at.
                         let chosen = last_resort(this.reasons, *this.settings);
                         if let Some((index, copy)) =
-                            chosen.and_then(|index| Some((index, this.shared.take(index)?)))
+                            chosen.and_then(|index| Some((index, this.pool.take(index)?)))
                         {
                             // Around the breakers: the inner service, directly.
                             let inner = copy.inner().clone();
-                            this.shared.give_back(index, copy);
+                            this.pool.give_back(index, copy);
                             *this.step = Step::LastResortReady { index, inner };
                             continue;
                         }
@@ -150,14 +145,14 @@ where
                         return Poll::Ready(Err(exhausted(this.reasons)));
                     }
                     *this.next += 1;
-                    let Some(copy) = this.shared.take(index) else {
+                    let Some(copy) = this.pool.take(index) else {
                         continue;
                     };
                     // Read, not made: a key without a breaker yet is closed.
                     let (name, breakers) = copy.breakers_for(this.request);
                     let name: Arc<str> = Arc::from(name);
                     if let Some((state, retry_after, by)) = closed_to(&breakers) {
-                        this.shared.give_back(index, copy);
+                        this.pool.give_back(index, copy);
                         tracing::debug!(
                             candidate = index,
                             breaker = %name,
@@ -172,7 +167,7 @@ where
                         continue;
                     }
                     if *this.attempts >= this.settings.max_attempts {
-                        this.shared.give_back(index, copy);
+                        this.pool.give_back(index, copy);
                         let reason = Reason::NotTried;
                         this.reasons.push(Unavailable::new(index, name, reason));
                         continue;
@@ -189,7 +184,7 @@ where
                             // Called: the copy holds no reservation any more.
                             let step = mem::replace(this.step, Step::Choose);
                             if let Step::Ready { copy, name, .. } = step {
-                                this.shared.give_back(index, copy);
+                                this.pool.give_back(index, copy);
                                 *this.step = Step::Called { index, name };
                             }
                         }
@@ -203,7 +198,7 @@ where
                                 retry_after: None,
                             };
                             if let Step::Ready { name, .. } = step {
-                                let state = state_now(this.shared, index, this.request);
+                                let state = state_now(this.pool, index, this.request);
                                 fall_back(this.reasons, index, name, state, reason);
                             }
                         }
@@ -239,7 +234,7 @@ where
                                     state: open.state(),
                                     retry_after,
                                 };
-                                let state = state_now(this.shared, index, this.request);
+                                let state = state_now(this.pool, index, this.request);
                                 fall_back(this.reasons, index, name, state, reason);
                                 continue;
                             }
@@ -252,7 +247,7 @@ where
                             error: response.err(),
                             retry_after: verdict.retry_after(),
                         };
-                        let state = state_now(this.shared, index, this.request);
+                        let state = state_now(this.pool, index, this.request);
                         fall_back(this.reasons, index, name, state, reason);
                         continue;
                     }
@@ -266,9 +261,9 @@ where
                     Poll::Ready(Ok(())) => {
                         // An operator may have isolated it while it became
                         // ready: an isolated candidate is never called.
-                        let isolated = this.shared.take(*index).is_none_or(|copy| {
+                        let isolated = this.pool.take(*index).is_none_or(|copy| {
                             let (_, breakers) = copy.breakers_for(this.request);
-                            this.shared.give_back(*index, copy);
+                            this.pool.give_back(*index, copy);
                             breakers
                                 .iter()
                                 .flatten()
@@ -319,14 +314,10 @@ fn exhausted(reasons: &mut Vec<Unavailable>) -> BoxError {
 
 /// The state of the breaker `request` goes through at candidate `index`,
 /// read again after a call (for the logs: a failure may have opened it).
-fn state_now<T: Candidate<Req>, Req>(
-    shared: &Pool<T>,
-    index: usize,
-    request: &Req,
-) -> Option<State> {
-    let copy = shared.take(index)?;
+fn state_now<T: Candidate<Req>, Req>(pool: &Pool<T>, index: usize, request: &Req) -> Option<State> {
+    let copy = pool.take(index)?;
     let (_, [breaker, _]) = copy.breakers_for(request);
-    shared.give_back(index, copy);
+    pool.give_back(index, copy);
     breaker.map(|b| b.state())
 }
 

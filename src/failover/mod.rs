@@ -164,7 +164,7 @@ pub use self::future::ResponseFuture;
 ///
 /// [`Readiness::FailFast`]: crate::Readiness::FailFast
 pub struct Failover<T, C = ErrorsAsFailures> {
-    shared: Arc<Pool<T>>,
+    pool: Arc<Pool<T>>,
     classifier: C,
     settings: Settings,
 }
@@ -236,7 +236,7 @@ impl<T> Failover<T> {
         let prototypes: Arc<[Mutex<T>]> = candidates.into_iter().map(Mutex::new).collect();
         let max_attempts = prototypes.len().max(1);
         Failover {
-            shared: Arc::new(Pool::new(prototypes)),
+            pool: Arc::new(Pool::new(prototypes)),
             classifier: ErrorsAsFailures,
             settings: Settings {
                 max_attempts,
@@ -252,7 +252,7 @@ impl<T, C> Failover<T, C> {
     /// candidate is tried). Use the breakers' classifier.
     pub fn classify<C2>(self, classifier: C2) -> Failover<T, C2> {
         Failover {
-            shared: self.shared,
+            pool: self.pool,
             classifier,
             settings: self.settings,
         }
@@ -300,7 +300,7 @@ where
 
     fn call(&mut self, request: Req) -> Self::Future {
         ResponseFuture::new(
-            Arc::clone(&self.shared),
+            Arc::clone(&self.pool),
             self.classifier.clone(),
             request,
             self.settings,
@@ -313,7 +313,7 @@ impl<T, C: Clone> Clone for Failover<T, C> {
         Failover {
             // The chain is shared; the idle copies are not: a new clone (one
             // per task, as tower clones services) makes and keeps its own.
-            shared: Arc::new(Pool::new(Arc::clone(&self.shared.prototypes))),
+            pool: Arc::new(Pool::new(Arc::clone(&self.pool.prototypes))),
             classifier: self.classifier.clone(),
             settings: self.settings,
         }
@@ -323,7 +323,7 @@ impl<T, C: Clone> Clone for Failover<T, C> {
 impl<T, C> fmt::Debug for Failover<T, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Failover")
-            .field("candidates", &self.shared.len())
+            .field("candidates", &self.pool.len())
             .field("max_attempts", &self.settings.max_attempts)
             .field("last_resort", &self.settings.last_resort)
             .finish_non_exhaustive()

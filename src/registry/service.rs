@@ -22,7 +22,7 @@ use crate::classify::{Classified, Classify, ErrorsAsFailures, Outcome, Verdict};
 use crate::eligible::{AnyRequest, ProbeEligibility};
 use crate::error::{CircuitOpen, Name};
 use crate::future::{Finish, Obligation, Pending};
-use crate::local::{Lease, Owner};
+use crate::local::{Loan, Owner};
 
 /// Wraps services in a [`KeyedCircuitBreaker`]: every request goes through
 /// the breaker its key names, made on first use in the [`Registry`].
@@ -345,9 +345,9 @@ impl<K: Eq> Recent<K> {
 
 /// How a call reaches a breaker it went through until its outcome is in.
 pub(super) enum Via {
-    /// Through a breaker this clone remembers: a lease on the clone's own
+    /// Through a breaker this clone remembers: a loan of the clone's own
     /// handle (no reference count shared with other clones).
-    Leased(Lease<()>),
+    Loaned(Loan<()>),
     /// Through a breaker just looked up: a reference.
     LookedUp(LookedUp),
 }
@@ -356,7 +356,7 @@ impl Via {
     #[inline]
     pub(super) fn shared(&self) -> &Arc<Shared> {
         match self {
-            Via::Leased(lease) => &lease.shared,
+            Via::Loaned(loan) => &loan.shared,
             Via::LookedUp(looked_up) => &looked_up.0.shared,
         }
     }
@@ -566,13 +566,13 @@ where
         registry.mark_used(&remembered.child.shared, now);
         let parent = remembered.parent.as_mut().map(|owner| {
             registry.mark_used(&owner.shared, now);
-            let lease = owner.lease();
-            (Via::Leased(lease), CountIn::Clone(&owner.counts))
+            let loan = owner.loan();
+            (Via::Loaned(loan), CountIn::Clone(&owner.counts))
         });
         let child = &mut remembered.child;
-        let lease = child.lease();
+        let loan = child.loan();
         return Ok(admit_both(
-            (Via::Leased(lease), CountIn::Clone(&child.counts)),
+            (Via::Loaned(loan), CountIn::Clone(&child.counts)),
             parent,
             may_probe,
         )?);

@@ -915,7 +915,7 @@ async fn several_breakers_of_one_name_on_one_instance_send_one_probe() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_active_prober_probes_as_soon_as_its_instance_wins_the_lease() {
+async fn an_active_prober_probes_as_soon_as_its_instance_wins_the_probe_lock() {
     let hold = Duration::from_secs(2);
     let memory = MemoryFleet::builder().hold(hold).build().unwrap();
     let upstream = Upstream::failing();

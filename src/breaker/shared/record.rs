@@ -168,7 +168,7 @@ impl Shared {
         if let Some(successor) = book.successor.clone() {
             // Superseded: the call counts in the breaker that took this
             // one's place (outside this lock: reaching it may take its
-            // owner's).
+            // keeper's).
             drop(book);
             successor(verdict, timing);
             return;

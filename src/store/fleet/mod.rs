@@ -16,7 +16,7 @@
 //!   is already there; a new opening (not the reopening after a failed
 //!   probe) needs `quorum` instances failing, and below it is declined,
 //!   and counts as the caller's vote for its open period and the probe
-//!   lease; `min_open` counts from the first opening of an outage, not from
+//!   lock; `min_open` counts from the first opening of an outage, not from
 //!   each reopening;
 //! * `Probe` takes the probe lock once the open period has ended, or says
 //!   who holds it; a caller whose own lease ran out gives it up;

@@ -45,10 +45,10 @@ pub struct MemoryFleetBuilder {
 }
 
 impl MemoryFleetBuilder {
-    /// How long the probe lock is held, its lease (default 10 s): it should cover a
-    /// probe's duration and be shorter than the open period. A lease that
-    /// runs out without a verdict passes the turn on; a prober still
-    /// half-open renews it.
+    /// How long the probe lock is held, its lease (default 10 s): it
+    /// should cover a probe's duration and be shorter than the open
+    /// period. A lease that runs out without a verdict passes the turn on;
+    /// a prober still half-open renews it.
     pub fn probe_lease(mut self, lease: Duration) -> Self {
         self.probe_lease = lease;
         self
@@ -56,8 +56,8 @@ impl MemoryFleetBuilder {
 
     /// How long past the fleet's open period (or another instance's probe
     /// lease) a breaker keeps refusing while its instance's task races for
-    /// the probe lock (default 1 s). If the task is gone, the breaker probes on
-    /// its own once the hold has run out.
+    /// the probe lock (default 1 s). If the task is gone, the breaker
+    /// probes on its own once the hold has run out.
     pub fn hold(mut self, hold: Duration) -> Self {
         self.hold = hold;
         self

@@ -165,7 +165,7 @@ impl MemoryStore {
 
     /// Everything the fleet keeps of the breaker named `name` now: its
     /// opening, its shared failure count, the instance holding the probe
-    /// lease, the votes toward a quorum, and the fleet-wide control in
+    /// lock, the votes toward a quorum, and the fleet-wide control in
     /// force. Instances are named by their number (`3`), after their name
     /// when they have one (`pod-a/3`).
     pub async fn fleet_state(&self, name: &str) -> Result<FleetState, FleetError> {
@@ -174,7 +174,7 @@ impl MemoryStore {
 
     /// This instance's name in the fleet's state, as
     /// [`fleet_state`](Self::fleet_state) names the holder of a probe
-    /// lease.
+    /// lock.
     pub fn instance(&self) -> &str {
         &self.inner.name
     }

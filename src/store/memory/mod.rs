@@ -21,7 +21,7 @@
 //! - **One prober.** When the fleet's open period ends, one instance wins
 //!   the probe lock ([`probe_lease`](MemoryFleetBuilder::probe_lease) long)
 //!   and its breakers go half-open; the others keep refusing, hear that the
-//!   lease is held elsewhere, and learn the result. A lease that runs out
+//!   probe lock is held elsewhere, and learn the result. A lease that runs out
 //!   without a verdict (its instance gone, or its breaker dropped) passes
 //!   the turn on. A failed probe reopens the fleet with the prober's
 //!   backoff; probe successes are counted fleet-wide, so

@@ -73,7 +73,7 @@ pub(super) fn operate(
                 _ => return (record.state(now), None),
             };
             match &record.probe_lock {
-                Some(lease) if lease.holder == from => {
+                Some(lock) if lock.holder == from => {
                     // The caller's lease ran out without a verdict: its
                     // turn is over.
                     record.probe_lock = None;
@@ -129,8 +129,8 @@ pub(super) fn operate(
                 );
             }
             match record.probe_lock.as_mut() {
-                Some(lease) if lease.holder == from => {
-                    lease.until = after(now, lease_ms);
+                Some(lock) if lock.holder == from => {
+                    lock.until = after(now, lease_ms);
                     (
                         Reply::ProbeWon {
                             generation,
