@@ -16,6 +16,7 @@
 //! Its error is typed (the inner service's, or [`FloorError::Open`]), so a
 //! refusal allocates nothing, as this crate's rows with `BenchError`.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -145,7 +146,7 @@ where
     }
 
     fn call(&mut self, req: u64) -> Self::Future {
-        FloorFuture::admit(&self.shared, || self.inner.call(req))
+        FloorFuture::admit(Cow::Borrowed(&self.shared), || self.inner.call(req))
     }
 }
 
@@ -163,13 +164,16 @@ pub enum FloorFuture<F> {
 impl<F> FloorFuture<F> {
     /// A call through the floor breaker `shared`: refused while it is open
     /// (the clock read only when the count says it may be), else `call`ed.
-    fn admit(shared: &Arc<Shared>, call: impl FnOnce() -> F) -> Self {
+    /// A borrowed breaker is cloned for the future only once admitted; an
+    /// owned one (a keyed lookup's) moves in, so that neither floor pays a
+    /// reference count the other does not.
+    fn admit(shared: Cow<'_, Arc<Shared>>, call: impl FnOnce() -> F) -> Self {
         if shared.refuses_now() {
             return FloorFuture::Refused;
         }
         FloorFuture::Called {
             inner: call(),
-            shared: Arc::clone(shared),
+            shared: shared.into_owned(),
         }
     }
 }
@@ -311,6 +315,6 @@ where
                 None => return FloorFuture::Refused,
             }
         };
-        FloorFuture::admit(&shared, || self.inner.call(req))
+        FloorFuture::admit(Cow::Owned(shared), || self.inner.call(req))
     }
 }

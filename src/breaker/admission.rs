@@ -332,23 +332,24 @@ impl Admission {
     /// neither way, or, once it has waited the config's
     /// `cancelled_failure_after`, a failure (a probe's, a failed probe). A
     /// cancelled probe gave no evidence: the breaker opens again for the
-    /// period it just had, neither longer nor at once. A permit left after
-    /// a recorded outcome goes back.
+    /// period it just had, neither longer nor at once.
     #[inline(always)]
     pub(crate) fn cancel(&mut self, shared: &Shared, start: Option<Instant>) {
         // Checked here, inline: a call whose outcome was recorded (every
         // call that completed) drops without a call out of line. What goes
         // out of line goes by value, so that the call's fields stay where
-        // the caller's optimiser put them.
-        if self.feeds() != Record::Nothing || self.permit.is_some() {
+        // the caller's optimiser put them. A recorded admission holds no
+        // permit: recording, handing on and cancelling each take it.
+        debug_assert!(self.feeds() != Record::Nothing || self.permit.is_none());
+        if self.feeds() != Record::Nothing {
             let what = self.take_feeds();
             cancel_unrecorded(shared, self.generation(), self.permit.take(), what, start);
         }
     }
 }
 
-/// [`Admission::cancel`] past its check, for a call not yet recorded
-/// (`what`), or recorded with a permit left to give back.
+/// [`Admission::cancel`] past its check, for a call not yet recorded,
+/// whose outcome would have fed `what`.
 #[cold]
 #[inline(never)]
 fn cancel_unrecorded(
@@ -358,10 +359,7 @@ fn cancel_unrecorded(
     what: Record,
     start: Option<Instant>,
 ) {
-    if what == Record::Nothing {
-        // Recorded already; a permit left is given back as it drops.
-        drop(permit);
-    } else if shared.cancellation_is_failure(start) {
+    if shared.cancellation_is_failure(start) {
         let failure = Verdict::failure(FailureClass::Timeout);
         record_slow(
             shared,

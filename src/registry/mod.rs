@@ -176,25 +176,6 @@ struct Inner<K> {
     store: Option<crate::store::Fleet>,
 }
 
-/// Marks a use of `shared` at insertion count `now` in its keeper's mark,
-/// unless one was marked less than `every` insertions ago: repeated use of
-/// a hot key writes nothing, and keys arriving all the time make it write
-/// at most once in `every` of them.
-#[inline]
-fn mark_used(shared: &Shared, now: u64, every: u64) {
-    let used_at = shared.keeper_mark();
-    if now.wrapping_sub(used_at.load(Ordering::Relaxed)) >= every {
-        used_at.store(now, Ordering::Relaxed);
-    }
-}
-
-/// Whether the registry may evict the breaker `shared` (its own handle):
-/// idle (see [`Shared::is_idle`]) and held by nothing but the registry and
-/// its keyed services' own handles ([`held_by_none`]).
-fn is_evictable(shared: &Arc<Shared>) -> bool {
-    Shared::is_idle(shared) && held_by_none(shared)
-}
-
 /// Whether no user holds the breaker `shared` (the registry's own handle):
 /// a user's [`Breaker`], or a service or a layer built from one, holds
 /// it, as evicted it would go on guarding that user's calls with a breaker
@@ -331,9 +312,15 @@ where
     /// Marks a use of a breaker at insertion count `now`. To a sixty-fourth
     /// of the bound: eviction takes a sixteenth at a time, and the marks of
     /// hot keys then cost one write per that many insertions.
+    /// Repeated use of a hot key writes nothing, and keys arriving all the
+    /// time make it write at most once per interval. The mark is kept in
+    /// the breaker's keeper word.
     #[inline]
     fn mark_used(&self, shared: &Shared, now: u64) {
-        mark_used(shared, now, self.inner.mark_every);
+        let used_at = shared.keeper_mark();
+        if now.wrapping_sub(used_at.load(Ordering::Relaxed)) >= self.inner.mark_every {
+            used_at.store(now, Ordering::Relaxed);
+        }
     }
 
     /// The breaker for `key`, made on first use. Its name is the key.
@@ -453,7 +440,8 @@ where
             store.attach(&breaker);
         }
         let tick = self.inner.insertions.fetch_add(1, Ordering::Relaxed) + 1;
-        mark_used(&breaker.shared, tick, 1);
+        // Its first use.
+        breaker.shared.keeper_mark().store(tick, Ordering::Relaxed);
         let entry = (key.clone(), breaker.clone());
         match shard.entry(hash) {
             hash_map::Entry::Occupied(mut bucket) => bucket.get_mut().push(entry),
@@ -499,7 +487,8 @@ where
             let shard = shard.read().unwrap_or_else(|p| p.into_inner());
             for (hash, bucket) in shard.iter() {
                 for (key, breaker) in bucket.entries() {
-                    if is_evictable(&breaker.shared) {
+                    // Idle and held by no user: see `held_by_none`.
+                    if breaker.shared.is_idle() && held_by_none(&breaker.shared) {
                         candidates.push((
                             breaker.shared.holds_failures(),
                             breaker.shared.keeper_mark().load(Ordering::Relaxed),

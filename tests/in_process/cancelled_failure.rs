@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tower::{service_fn, BoxError, Layer, ServiceExt};
 use tower_circuit_breaker::registry::{KeyedLayer, Registry};
-use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, ConfigBuilder, State};
+use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, Config, ConfigBuilder, State};
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -16,14 +16,12 @@ fn config() -> ConfigBuilder {
     crate::common::one_failure_opens("provider")
 }
 
-/// A breaker whose calls given up after `limit` count as failures.
-fn failing_after(limit: Duration) -> Breaker {
-    Breaker::new(
-        config()
-            .cancelled_failure_after(Some(limit))
-            .build()
-            .unwrap(),
-    )
+/// A config whose calls given up after `limit` count as failures.
+fn failing_after(limit: Duration) -> Config {
+    config()
+        .cancelled_failure_after(Some(limit))
+        .build()
+        .unwrap()
 }
 
 /// A provider that holds every request.
@@ -40,7 +38,7 @@ async fn give_up_after(breaker: &Breaker, patience: Duration) {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_given_up_after_the_limit_is_a_failure() {
-    let breaker = failing_after(3 * SECOND);
+    let breaker = Breaker::new(failing_after(3 * SECOND));
     give_up_after(&breaker, 5 * SECOND).await;
     let snap = breaker.snapshot();
     assert_eq!((snap.counts.failures, snap.counts.cancelled), (1, 0));
@@ -49,7 +47,7 @@ async fn a_call_given_up_after_the_limit_is_a_failure() {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_given_up_sooner_is_a_cancellation() {
-    let breaker = failing_after(10 * SECOND);
+    let breaker = Breaker::new(failing_after(10 * SECOND));
     give_up_after(&breaker, 5 * SECOND).await;
     let snap = breaker.snapshot();
     assert_eq!(
@@ -68,7 +66,7 @@ async fn by_default_a_call_given_up_is_a_cancellation_however_long_it_waited() {
 
 #[tokio::test(start_paused = true)]
 async fn a_probe_given_up_after_the_limit_is_a_failed_probe() {
-    let breaker = failing_after(3 * SECOND);
+    let breaker = Breaker::new(failing_after(3 * SECOND));
     breaker.force_open(Some(SECOND));
     tokio::time::advance(SECOND).await;
     give_up_after(&breaker, 5 * SECOND).await;
@@ -82,12 +80,7 @@ async fn a_probe_given_up_after_the_limit_is_a_failed_probe() {
 #[tokio::test(start_paused = true)]
 async fn a_keyed_call_given_up_after_the_limit_fails_in_its_key_and_parent() {
     let registry = Registry::<String>::builder()
-        .default_config(
-            config()
-                .cancelled_failure_after(Some(3 * SECOND))
-                .build()
-                .unwrap(),
-        )
+        .default_config(failing_after(3 * SECOND))
         .parent(|key: &String| key.split_once('/').map(|(p, _)| p.to_string()))
         .build();
     let svc = KeyedLayer::new(registry.clone(), |_: &u32| "alpha/large".to_string())
@@ -107,7 +100,7 @@ async fn a_keyed_call_given_up_after_the_limit_fails_in_its_key_and_parent() {
 
 #[tokio::test(start_paused = true)]
 async fn a_run_given_up_after_the_limit_is_a_failure() {
-    let breaker = failing_after(3 * SECOND);
+    let breaker = Breaker::new(failing_after(3 * SECOND));
     let run = breaker.run(|| hold(1));
     assert!(tokio::time::timeout(5 * SECOND, run).await.is_err());
     assert_eq!(breaker.snapshot().counts.failures, 1);
@@ -115,7 +108,7 @@ async fn a_run_given_up_after_the_limit_is_a_failure() {
 
 #[tokio::test(start_paused = true)]
 async fn a_call_permit_dropped_unrecorded_is_a_cancellation_however_long_it_was_held() {
-    let breaker = failing_after(3 * SECOND);
+    let breaker = Breaker::new(failing_after(3 * SECOND));
     let permit = breaker.try_acquire().expect("closed");
     tokio::time::advance(60 * SECOND).await;
     drop(permit);
@@ -128,7 +121,7 @@ async fn a_call_permit_dropped_unrecorded_is_a_cancellation_however_long_it_was_
 
 #[tokio::test(start_paused = true)]
 async fn a_probe_permit_dropped_unrecorded_is_a_cancelled_probe_however_long_it_was_held() {
-    let breaker = failing_after(3 * SECOND);
+    let breaker = Breaker::new(failing_after(3 * SECOND));
     breaker.force_open(Some(SECOND));
     tokio::time::advance(SECOND).await;
     let probe = breaker.try_acquire().expect("half-open: a probe");
@@ -150,12 +143,7 @@ async fn a_probe_permit_dropped_unrecorded_is_a_cancelled_probe_however_long_it_
 
 #[tokio::test(start_paused = true)]
 async fn a_keyed_permit_dropped_unrecorded_is_a_cancellation_however_long_it_was_held() {
-    let registry = Registry::<String>::new(
-        config()
-            .cancelled_failure_after(Some(3 * SECOND))
-            .build()
-            .unwrap(),
-    );
+    let registry = Registry::<String>::new(failing_after(3 * SECOND));
     let permit = registry.try_acquire(&"alpha".to_string()).expect("closed");
     tokio::time::advance(60 * SECOND).await;
     drop(permit);

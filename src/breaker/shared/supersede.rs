@@ -44,10 +44,10 @@ impl Shared {
     /// Whether nothing of its own would be lost if another breaker took its
     /// place: closed, not in shadow mode, not probing actively (settings a
     /// new breaker would not have).
-    pub(crate) fn is_idle(this: &Arc<Self>) -> bool {
-        this.load().tag() == Tag::Closed
-            && !this.hot.shadow.load(Ordering::Relaxed)
-            && this.prober().is_none()
+    pub(crate) fn is_idle(&self) -> bool {
+        self.load().tag() == Tag::Closed
+            && !self.hot.shadow.load(Ordering::Relaxed)
+            && self.prober().is_none()
     }
 
     /// Has `successor` take this breaker's place if it is idle and `may`
@@ -62,7 +62,7 @@ impl Shared {
         may: impl FnOnce(&Arc<Self>) -> bool,
     ) -> bool {
         let mut book = this.lock();
-        if !(Self::is_idle(this) && may(this)) {
+        if !(this.is_idle() && may(this)) {
             return false;
         }
         book.successor = Some(successor);
