@@ -186,7 +186,8 @@ impl Rule for Ring {
             self.recent.pop_front();
         }
         self.expire_by_count();
-        (self.counted(now_ms) >= self.failures).then(|| TripReason::Policy(self.figures(now_ms)))
+        let counted = self.counted(now_ms);
+        (counted >= self.failures).then(|| TripReason::Policy(self.figures_with(counted)))
     }
 
     fn success_matters(&self) -> bool {
@@ -199,8 +200,15 @@ impl Rule for Ring {
     }
 
     fn figures(&self, now_ms: u64) -> PolicyFigures {
+        self.figures_with(self.counted(now_ms))
+    }
+}
+
+impl Ring {
+    /// Its figures, holding `failures` failures.
+    fn figures_with(&self, failures: u32) -> PolicyFigures {
         PolicyFigures::CountWindow(CountWindowFigures {
-            failures: self.counted(now_ms),
+            failures,
             threshold: self.failures,
             window: self.window as u32,
         })

@@ -131,7 +131,8 @@ impl Rule for Latest {
             self.at_ms.pop_front();
         }
         self.at_ms.push_back(now_ms);
-        (self.within(now_ms) >= self.failures).then(|| TripReason::Policy(self.figures(now_ms)))
+        let within = self.within(now_ms);
+        (within >= self.failures).then(|| TripReason::Policy(self.figures_with(within)))
     }
 
     /// A success neither counts nor resets: it never needs recording.
@@ -144,8 +145,15 @@ impl Rule for Latest {
     }
 
     fn figures(&self, now_ms: u64) -> PolicyFigures {
+        self.figures_with(self.within(now_ms))
+    }
+}
+
+impl Latest {
+    /// Its figures, `failures` of them within the period.
+    fn figures_with(&self, failures: u32) -> PolicyFigures {
         PolicyFigures::FailuresWithin(FailuresWithinFigures {
-            failures: self.within(now_ms),
+            failures,
             threshold: self.failures,
             period: self.period,
         })

@@ -85,9 +85,10 @@ impl FromFile for PerClass {
         let mut policy = PerClass::new(required(written, "rest", |w, f| w.policy(f))?);
         for (name, member) in written.policies("classes")? {
             let class = FailureClass::from_name(&name).ok_or_else(|| {
+                let known: Vec<&str> = FailureClass::ALL.iter().map(|c| c.name()).collect();
                 ConfigError::new(
                     written.path(&format!("classes.{name}")),
-                    "is no failure class (rate_limited, overloaded, timeout, server_error, stream, other)",
+                    format!("is no failure class ({})", known.join(", ")),
                 )
             })?;
             policy = policy.class(class, member);

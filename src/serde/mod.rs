@@ -95,7 +95,8 @@ use crate::error::ConfigError;
 use crate::policy::TripPolicy;
 use crate::registry::{Registry, RegistryBuilder};
 use crate::Config;
-use raw::{RawConfig, RawRegistry, RawTrip};
+use raw::{RawConfig, RawRegistry};
+use scalar::Scalar;
 
 /// Builds the config through [`Config::builder`], so every check of
 /// [`ConfigBuilder::build`](crate::ConfigBuilder::build) runs; fields left
@@ -114,8 +115,15 @@ impl<'de> Deserialize<'de> for Config {
 /// (`count_window.failures`).
 impl<'de> Deserialize<'de> for TripPolicy {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = RawTrip::deserialize(deserializer)?;
-        let policy = raw.policy("").map_err(D::Error::custom)?;
+        let written = Scalar::deserialize(deserializer)?;
+        // Read on its own, the policy is at the root: errors there name it.
+        let policy = raw::policy_at(&written, "").map_err(|err| {
+            let named = match err.field() {
+                "" => ConfigError::new("policy", err.problem()),
+                _ => err,
+            };
+            D::Error::custom(named)
+        })?;
         // The config builder checks the policy under the same paths.
         Config::builder()
             .trip(policy.clone())

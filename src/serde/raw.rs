@@ -49,7 +49,7 @@ pub(super) struct RawConfig {
     #[serde(default, deserialize_with = "present")]
     name: Option<Scalar>,
     #[serde(default)]
-    trip: Option<RawTrip>,
+    trip: Option<Scalar>,
     #[serde(default, deserialize_with = "present")]
     cooldown: Option<Scalar>,
     #[serde(default, deserialize_with = "present")]
@@ -93,7 +93,7 @@ impl RawConfig {
             b = b.name(v.text(&at("name"))?);
         }
         if let Some(trip) = &self.trip {
-            b = b.trip(trip.policy(&at("trip"))?);
+            b = b.trip(policy_at(trip, &at("trip"))?);
         }
         if let Some(v) = &self.cooldown {
             b = b.cooldown(v.duration(&at("cooldown"))?);
@@ -202,37 +202,19 @@ impl RawConfig {
     }
 }
 
-/// A [`TripPolicy`] as written: a table with one key naming the policy,
-/// whose value is the policy's table of settings (a list of policies for
-/// `any_of`). Read whole, and turned into a policy when the config is
-/// built, where its path is known; each policy reads its own settings
-/// ([`FromFile`](crate::policy::FromFile), through [`Table`]).
-#[derive(Clone, Debug)]
-pub(super) struct RawTrip(Scalar);
-
-impl<'de> Deserialize<'de> for RawTrip {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Scalar::deserialize(deserializer).map(RawTrip)
-    }
-}
-
-impl RawTrip {
-    /// The policy, its values converted but not yet validated (the config
-    /// builder validates it, under the same paths).
-    pub(super) fn policy(&self, path: &str) -> Result<TripPolicy, ConfigError> {
-        policy_at(&self.0, path)
-    }
-}
-
-/// The policy `value` writes at `path` (`""` for a policy read on its
-/// own, whose errors then name it `policy`).
-fn policy_at(value: &Scalar, path: &str) -> Result<TripPolicy, ConfigError> {
-    let here = if path.is_empty() { "policy" } else { path };
+/// The [`TripPolicy`] `value` writes at `path`: a table with one key
+/// naming the policy, whose value is the policy's table of settings (a
+/// list of policies for `any_of`). Read whole when the file is parsed, and
+/// turned into a policy when the config is built, where its path is known;
+/// each policy reads its own settings ([`FromFile`](crate::policy::FromFile),
+/// through [`Table`]). Its values are converted but not yet validated (the
+/// config builder validates it, under the same paths).
+pub(super) fn policy_at(value: &Scalar, path: &str) -> Result<TripPolicy, ConfigError> {
     let (key, settings) = match value {
         Scalar::Table(entries) if entries.len() == 1 => (&entries[0].0, &entries[0].1),
         Scalar::Table(entries) => {
             return Err(ConfigError::new(
-                here,
+                path,
                 format!(
                     "must be a table with one key naming a policy, got {} keys",
                     entries.len()
@@ -241,7 +223,7 @@ fn policy_at(value: &Scalar, path: &str) -> Result<TripPolicy, ConfigError> {
         }
         other => {
             return Err(ConfigError::new(
-                here,
+                path,
                 format!("must be a table with one key naming a policy, got {other}"),
             ))
         }
@@ -263,21 +245,24 @@ fn policy_at(value: &Scalar, path: &str) -> Result<TripPolicy, ConfigError> {
         ));
     }
     let Some(policy) = IN_FILES.iter().find(|policy| policy.key == key) else {
-        let known: Vec<String> = IN_FILES
-            .iter()
-            .map(|policy| policy.key)
-            .chain([ANY_OF])
-            .map(|key| format!("`{key}`"))
-            .collect();
+        let known = IN_FILES.iter().map(|policy| policy.key).chain([ANY_OF]);
         return Err(ConfigError::new(
-            here,
+            path,
             format!(
                 "names an unknown policy `{key}`, expected one of {}",
-                known.join(", ")
+                quoted(known)
             ),
         ));
     };
     (policy.read)(&Table::new(settings, at, policy.fields)?)
+}
+
+/// `names` in backticks, separated by commas.
+fn quoted<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    names
+        .map(|name| format!("`{name}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A table of settings as written, read by the policy it belongs to.
@@ -308,12 +293,11 @@ impl<'a> Table<'a> {
                 ));
             }
             if !fields.contains(&field.as_str()) {
-                let known: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
                 return Err(ConfigError::new(
                     path,
                     format!(
                         "has an unknown field `{field}`, expected one of {}",
-                        known.join(", ")
+                        quoted(fields.iter().copied())
                     ),
                 ));
             }

@@ -38,6 +38,17 @@ fn count_window_trip(failures: u32, window: u32) -> TripReason {
     )
 }
 
+/// The reason a streak trips at its threshold, `failures` in a row.
+fn in_a_row_trip(failures: u32) -> TripReason {
+    TripReason::Policy(
+        ConsecutiveFailuresFigures {
+            failures,
+            threshold: failures,
+        }
+        .into(),
+    )
+}
+
 /// The reason a time window trips with `failures` of `calls` failed.
 fn failure_rate_trip(failures: u32, calls: u32) -> TripReason {
     TripReason::Policy(TimeWindowFigures { calls, failures }.into())
@@ -128,13 +139,7 @@ async fn consecutive_failures_interrupted_by_a_success_stay_closed() {
 async fn consecutive_failures_trip_on_the_kth_failure_in_a_row_naming_the_count() {
     let mut h = Harness::new(ConsecutiveFailures::new(3));
     h.fail(2).await;
-    let reason = TripReason::Policy(
-        ConsecutiveFailuresFigures {
-            failures: 3,
-            threshold: 3,
-        }
-        .into(),
-    );
+    let reason = in_a_row_trip(3);
     next_call_trips(&mut h, Call::Fail, reason).await;
     assert_eq!(h.breaker.snapshot().counts.opened, 1);
     h.refused().await;
@@ -144,13 +149,7 @@ async fn consecutive_failures_trip_on_the_kth_failure_in_a_row_naming_the_count(
 async fn consecutive_failures_of_one_trip_on_the_first_failure() {
     let mut h = Harness::new(ConsecutiveFailures::new(1));
     h.succeed(10).await;
-    let reason = TripReason::Policy(
-        ConsecutiveFailuresFigures {
-            failures: 1,
-            threshold: 1,
-        }
-        .into(),
-    );
+    let reason = in_a_row_trip(1);
     next_call_trips(&mut h, Call::Fail, reason).await;
 }
 
@@ -721,13 +720,7 @@ async fn any_of_opens_on_consecutive_failures_and_names_it_when_the_window_does_
         ConsecutiveFailures::new(2).into(),
     ]));
     h.fail(1).await;
-    let reason = TripReason::Policy(
-        ConsecutiveFailuresFigures {
-            failures: 2,
-            threshold: 2,
-        }
-        .into(),
-    );
+    let reason = in_a_row_trip(2);
     next_call_trips(&mut h, Call::Fail, reason).await;
 }
 
@@ -747,16 +740,7 @@ async fn any_of_names_the_first_member_in_order_when_two_trip_on_the_same_call()
 
     let mut h = Harness::new(TripPolicy::any_of([streak(), rate()]));
     h.fail(3).await;
-    assert_eq!(
-        last_trip(&h),
-        Some(TripReason::Policy(
-            ConsecutiveFailuresFigures {
-                failures: 3,
-                threshold: 3
-            }
-            .into()
-        ))
-    );
+    assert_eq!(last_trip(&h), Some(in_a_row_trip(3)));
 }
 
 #[tokio::test(start_paused = true)]
