@@ -18,14 +18,22 @@ use crate::error::ConfigError;
 ///
 /// Choose it for a breaker that answers for a quota rather than for
 /// health: a provider's key whose rate limit the upstream announces, while
-/// its failures are judged elsewhere (the model's breaker, a failover). A
-/// success under it reads no clock and writes nothing shared.
+/// its failures are judged elsewhere (the model's breaker, a failover). An
+/// announced wait sets the open period but never shortens it below the
+/// first one (`cooldown`): give such a breaker a short `cooldown`, so that
+/// the upstream's reset decides. A success under it reads no clock and
+/// writes nothing shared.
 ///
 /// ```
+/// use std::time::Duration;
 /// use tower_circuit_breaker::{policy::Never, Config};
 ///
 /// // Open for as long as the upstream asks, and for nothing else.
-/// let config = Config::builder().trip(Never).trip_on_pushback(true).build()?;
+/// let config = Config::builder()
+///     .trip(Never)
+///     .trip_on_pushback(true)
+///     .cooldown(Duration::from_secs(1))
+///     .build()?;
 /// # Ok::<_, tower_circuit_breaker::ConfigError>(())
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

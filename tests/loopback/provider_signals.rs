@@ -16,7 +16,7 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 use tower_circuit_breaker::classify::{HttpClassifier, StreamingHttp};
-use tower_circuit_breaker::policy::ConsecutiveFailures;
+use tower_circuit_breaker::policy::{ConsecutiveFailures, Never};
 use tower_circuit_breaker::{Breaker, CircuitBreakerLayer, Config, State};
 
 use gateway::Http;
@@ -100,6 +100,65 @@ async fn an_openai_429_with_a_request_reset_holds_it_open_until_then() {
     );
     let ignoring = HttpClassifier::new().ignore_reset_headers();
     about(open_for(ignoring, upstream).await, COOLDOWN);
+}
+
+/// A quota breaker (`Never`, tripping on pushback) over a real hyper
+/// client, a clone per request: a provider's 500s leave it closed, and its
+/// 429 with OpenAI's reset headers holds it open until the reset.
+#[tokio::test]
+async fn a_quota_breaker_ignores_server_errors_and_opens_on_the_providers_429() {
+    let breaker = Breaker::new(
+        Config::builder()
+            .name("openai-key")
+            .trip(Never)
+            .trip_on_pushback(true)
+            // The least open period: the provider's reset sets the rest.
+            .cooldown(Duration::from_secs(1))
+            .build()
+            .unwrap(),
+    );
+    let client = ServiceBuilder::new()
+        .layer(CircuitBreakerLayer::from_breaker(breaker.clone()).classify(HttpClassifier::new()))
+        .map_err(BoxError::from)
+        .service(gateway::client(Http::One));
+    let failing = provider(500, Vec::new()).await;
+    for _ in 0..50 {
+        let response = client
+            .clone()
+            .oneshot(gateway::upstream_request(failing, "/v1/chat/completions"))
+            .await
+            .expect("answered, not refused");
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    assert_eq!(breaker.state(), State::Closed);
+    assert_eq!(breaker.snapshot().counts.failures, 50);
+
+    let limited = provider(
+        429,
+        vec![
+            ("x-ratelimit-reset-requests", "20s".into()),
+            ("x-ratelimit-remaining-requests", "0".into()),
+        ],
+    )
+    .await;
+    let _ = client
+        .clone()
+        .oneshot(gateway::upstream_request(limited, "/v1/chat/completions"))
+        .await;
+    assert_eq!(breaker.state(), State::Open);
+    about(
+        breaker.retry_after().expect("open"),
+        Duration::from_secs(20),
+    );
+    let refused = client
+        .clone()
+        .oneshot(gateway::upstream_request(limited, "/v1/chat/completions"))
+        .await
+        .expect_err("refused while the quota is spent");
+    assert!(
+        refused.is::<tower_circuit_breaker::CircuitOpen>(),
+        "{refused}"
+    );
 }
 
 #[tokio::test]
