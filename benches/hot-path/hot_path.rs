@@ -200,6 +200,11 @@
 //! table and on the breaker whatever the breaker does: the floor measures
 //! those misses on the machine that runs the bench, and a keyed row's
 //! added cost divided by the floor's says what the registry adds to them.
+//! Rows take turns, so every run starts with the caches holding what the
+//! rows before it touched; the floor's check before and after a run reads
+//! the table's length and eight of its breakers, as a keyed row's reads
+//! the registry's length, so that neither brings its table into the
+//! caches for its own timed loop.
 //!
 //! # Driver agreement
 //!
