@@ -277,12 +277,12 @@ impl<S, F> KeyedFloor<S, F> {
         }
     }
 
-    /// A check that the table holds `keys` breakers, and that the first
-    /// eight keys' refuse nothing. Only eight: a walk over every breaker
-    /// before each run would bring the whole table into the caches for the
-    /// timed loop, as the keyed rows' check (the registry's length) does
-    /// not for theirs, and the floor would be timed warm beside rows timed
-    /// cold.
+    /// A check that the table holds `keys` breakers, and that the breakers
+    /// of the first eight keys refuse nothing. Only eight: a walk over every
+    /// breaker before each run would bring the whole table into the caches
+    /// for the timed loop, as the keyed rows' check (the registry's length)
+    /// does not for theirs, and the floor would be timed warm beside rows
+    /// timed cold.
     pub fn check(&self, name: &str, keys: u64) -> impl FnMut(&str) + 'static {
         let table = Arc::clone(&self.table);
         let name = name.to_string();
