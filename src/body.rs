@@ -470,8 +470,13 @@ where
 {
     type Response = Response<BreakerBody<B, Eos>>;
 
+    fn finish(response: Response<B>) -> Self::Response {
+        response.map(|body| BreakerBody::new(body, None))
+    }
+
     #[allow(private_interfaces)]
-    fn finish(response: Response<B>, later: Option<(Eos, Obligation)>) -> Self::Response {
+    fn defer(self, response: Response<B>, obligation: Option<Obligation>) -> Self::Response {
+        let later = obligation.map(|obligation| (self, obligation));
         response.map(|body| BreakerBody::new(body, later))
     }
 }

@@ -220,16 +220,17 @@ where
                 let call = &mut *guard.0;
                 let output = match output {
                     Ok(response) => {
-                        let mut later = None;
                         if call.is_recording() {
                             match call.via.classifier().classify(Ok(&response)) {
                                 Classified::Ready(verdict) => call.record(verdict),
                                 Classified::AtEndOfStream(eos) => {
-                                    later = call.defer().map(|obligation| (eos, obligation));
+                                    let obligation = call.defer();
+                                    guard.disarm();
+                                    return Poll::Ready(Ok(eos.defer(response, obligation)));
                                 }
                             }
                         }
-                        Ok(Finish::finish(response, later))
+                        Ok(<C::Eos as Finish<T>>::finish(response))
                     }
                     Err(error) => {
                         if call.is_recording() {
@@ -266,19 +267,30 @@ pub trait Finish<T>: Sized {
     /// What the caller receives.
     type Response;
 
-    /// Hands `response` on, with the verdict still to come, if any.
+    /// Hands `response` on with nothing left to judge.
+    #[doc(hidden)]
+    fn finish(response: T) -> Self::Response;
+
+    /// Hands `response` on with its verdict still to come at the end of
+    /// its stream, judged by `self`, for `obligation` (none when no
+    /// breaker wants the verdict).
     #[doc(hidden)]
     #[allow(private_interfaces)]
-    fn finish(response: T, later: Option<(Self, Obligation)>) -> Self::Response;
+    fn defer(self, response: T, obligation: Option<Obligation>) -> Self::Response;
 }
 
 impl<T> Finish<T> for Infallible {
     type Response = T;
 
     #[inline(always)]
-    #[allow(private_interfaces)]
-    fn finish(response: T, _: Option<(Self, Obligation)>) -> T {
+    fn finish(response: T) -> T {
         response
+    }
+
+    #[inline(always)]
+    #[allow(private_interfaces)]
+    fn defer(self, _: T, _: Option<Obligation>) -> T {
+        match self {}
     }
 }
 

@@ -64,7 +64,7 @@ where
     }
 
     fn around(response: S::Response) -> Self::Response {
-        <C::Eos as Finish<S::Response>>::finish(response, None)
+        <C::Eos as Finish<S::Response>>::finish(response)
     }
 }
 
@@ -91,6 +91,6 @@ where
     }
 
     fn around(response: S::Response) -> Self::Response {
-        <C::Eos as Finish<S::Response>>::finish(response, None)
+        <C::Eos as Finish<S::Response>>::finish(response)
     }
 }

@@ -674,28 +674,27 @@ where
                             resume_unwind(panic)
                         }
                     };
-                let later = match verdict {
+                match verdict {
                     Classified::Ready(verdict) => {
                         for leg in legs.iter_mut().flatten() {
                             leg.record(verdict, *start);
                         }
-                        None
                     }
                     // An error has no body to wait for: a failure.
                     Classified::AtEndOfStream(_) if output.is_err() => {
                         for leg in legs.iter_mut().flatten() {
                             leg.record(Verdict::new(Outcome::Failure), *start);
                         }
-                        None
                     }
                     Classified::AtEndOfStream(eos) => {
                         let [child, parent] = legs;
                         let child = child.as_mut().and_then(|leg| leg.defer(*start));
                         let parent = parent.as_mut().and_then(|leg| leg.defer(*start));
-                        Obligation::of_legs(child, parent).map(|obligation| (eos, obligation))
+                        let obligation = Obligation::of_legs(child, parent);
+                        return Poll::Ready(output.map(|response| eos.defer(response, obligation)));
                     }
-                };
-                Poll::Ready(output.map(|response| Finish::finish(response, later)))
+                }
+                Poll::Ready(output.map(<C::Eos as Finish<T>>::finish))
             }
         }
     }
