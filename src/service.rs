@@ -399,22 +399,18 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
             }
             return self.inner.poll_ready(cx);
         }
-        self.poll_ready_open(cx, word)
+        if self.refuse_at_once(word) {
+            return Poll::Ready(Ok(()));
+        }
+        self.poll_ready_not_closed(cx)
     }
 
-    /// `poll_ready` past a closed breaker, out of line, so that what
-    /// inlines into the caller's `ready()` is the closed check alone.
+    /// `poll_ready` past a closed breaker, fail-fast, open, the period not
+    /// over: reserves the refusal without a decision, and says so. Out of
+    /// line, so that what inlines into the caller's `ready()` is the closed
+    /// check and this call, whose answer comes back in a register.
     #[inline(never)]
-    fn poll_ready_open<Req>(
-        &mut self,
-        cx: &mut Context<'_>,
-        word: Word,
-    ) -> Poll<Result<(), S::Error>>
-    where
-        S: Service<Req>,
-        P: ProbeEligibility<Req>,
-    {
-        // Fail-fast, open, the period not over: refuse without a decision.
+    fn refuse_at_once(&mut self, word: Word) -> bool {
         if self.mode == Readiness::FailFast && !matches!(self.ready, Reservation::Probe(_)) {
             if let Some(end) = self.handle.open_period_end(word) {
                 if Instant::now() < end {
@@ -423,11 +419,11 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
                         retry_at: end,
                         state: State::Open,
                     };
-                    return Poll::Ready(Ok(()));
+                    return true;
                 }
             }
         }
-        self.poll_ready_not_closed(cx)
+        false
     }
 
     /// `call`, whatever the classifier.
@@ -491,6 +487,8 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
 }
 
 impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
+    /// `poll_ready` past a closed breaker and a refusal made at once: a
+    /// probe's reservation, a gate's wait, or the inner service's readiness.
     fn poll_ready_not_closed<Req>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>>
     where
         S: Service<Req>,
