@@ -60,8 +60,9 @@ impl<C> Via<C> {
 #[repr(C)]
 pub(crate) struct Call<C> {
     // Dropped by hand in `drop`, as the permit is taken there: a call
-    // that completed drops in one inline step, with no drop glue per field
-    // for the optimiser to leave out of line.
+    // that completed drops in one inline step within the response future's
+    // drop, with no drop glue per field for the optimiser to leave out of
+    // line (the response future's drop as a whole may still be a call).
     via: ManuallyDrop<Via<C>>,
     start: Option<Instant>,
     // Never dropped: `drop` cancels it, which takes its permit, and what

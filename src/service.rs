@@ -405,10 +405,13 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
         self.poll_ready_not_closed(cx)
     }
 
-    /// `poll_ready` past a closed breaker, fail-fast, open, the period not
-    /// over: reserves the refusal without a decision, and says so. Out of
-    /// line, so that what inlines into the caller's `ready()` is the closed
-    /// check and this call, whose answer comes back in a register.
+    /// `poll_ready` past a closed breaker (any other state): when the
+    /// mode is fail-fast, no probe is reserved and the breaker is open with
+    /// its period not over (and not in shadow mode), reserves the refusal
+    /// without a decision and returns true; otherwise returns false and
+    /// leaves the reservation as it was, for `poll_ready_not_closed`. Out
+    /// of line, so that what inlines into the caller's `ready()` is the
+    /// closed check and this call, whose answer comes back in a register.
     #[inline(never)]
     fn refuse_at_once(&mut self, word: Word) -> bool {
         if self.mode == Readiness::FailFast && !matches!(self.ready, Reservation::Probe(_)) {
@@ -488,7 +491,8 @@ impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
 
 impl<S, C: Clone, P> CircuitBreaker<S, C, P> {
     /// `poll_ready` past a closed breaker and a refusal made at once: a
-    /// probe's reservation, a gate's wait, or the inner service's readiness.
+    /// probe's reservation, a fail-fast refusal the breaker decides, a
+    /// gate's wait, or the inner service's readiness.
     fn poll_ready_not_closed<Req>(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>>
     where
         S: Service<Req>,
