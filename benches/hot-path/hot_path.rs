@@ -109,7 +109,19 @@
 //! * `threads/*`: closed calls, one thread against two: calls per second
 //!   and the two-over-one scaling factor (2.0 is perfect on two free cores),
 //!   for this crate (default policy) and each peer, with `bare` (each thread
-//!   its own inner service, nothing shared) as the ceiling. The clones are
+//!   its own inner service, nothing shared) as the ceiling. Where threads
+//!   can be pinned (Linux; the `cores` module), one thread is timed on each
+//!   of two cores and the two threads run one on each: each thread makes
+//!   the same number of calls, so two threads take as long as the slower
+//!   core does, and a round's scaling is its two threads over its one
+//!   thread on the slower core (the faster core's figure is printed
+//!   beside it). Cores of unequal speed, as a virtual machine's often are,
+//!   then show as two one-thread figures rather than as a scaling that
+//!   moves with the core a one-thread run happened to get. A round runs
+//!   its one-thread and two-thread runs back to back, so that its ratio
+//!   compares runs that met the same load on the machine; the table gives
+//!   the median round's scaling, and each throughput's best round. The
+//!   clones are
 //!   made on the main thread and moved to the threads, as an accept loop
 //!   hands one to each connection; `threads/tower-circuit-breaker/thread-clone`
 //!   has each thread make its own, so that memory two clones might share
@@ -253,7 +265,8 @@
 //! unreliable). With `HOT_PATH_QUICK=1` criterion is skipped and the
 //! tables come from fewer rounds, in about a minute. `HOT_PATH_ONLY=async/closed/consecutive`
 //! keeps one row (with its baseline), for profiling it alone;
-//! `HOT_PATH_ONLY=streams` keeps the streamed bodies' rows, and
+//! `HOT_PATH_ONLY=streams` keeps the streamed bodies' rows,
+//! `HOT_PATH_ONLY=threads` the two-thread table, and
 //! `-- streams` (criterion's filter) their criterion group alone. Run as a
 //! test (`cargo test -p tower-circuit-breaker-hot-path --benches`, or
 //! `cargo test --workspace --benches`), every row is only checked, with a
@@ -262,6 +275,7 @@
 mod agreement;
 mod alloc;
 mod callers;
+mod cores;
 #[path = "../common/driver.rs"]
 mod driver;
 mod floor;
@@ -344,7 +358,7 @@ fn main() {
             },
             ThreadRounds {
                 mode: "quick",
-                rounds: 2,
+                rounds: 3,
                 calls: 100_000,
             },
             100_000,
@@ -360,7 +374,7 @@ fn main() {
             },
             ThreadRounds {
                 mode: "full",
-                rounds: 3,
+                rounds: 7,
                 calls: 1_000_000,
             },
             100_000,

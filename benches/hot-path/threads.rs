@@ -17,6 +17,7 @@ use tower_circuit_breaker::registry::KeyedLayer;
 use tower_circuit_breaker::{Breaker, CircuitBreaker, Config, State};
 use tower_resilience_circuitbreaker::CircuitState;
 
+use crate::cores;
 use crate::driver::{noop_waker, not_ready};
 use crate::peers::{
     failsafe_breaker, recloser_breaker, resilience_in, resilience_layer, serves, Failsafe, Recloser,
@@ -74,10 +75,22 @@ fn drive_until_done<S: Service<u64>>(svc: &mut S, calls: u64) -> (u64, u64) {
     (served, waits)
 }
 
+/// What one thread of a run did.
+struct ThreadRun {
+    start: Instant,
+    time: Duration,
+    served: u64,
+    waits: u64,
+    /// Pinned to the core it was given.
+    pinned: bool,
+}
+
 /// One run of a threaded scenario.
 #[derive(Clone, Copy)]
 struct Run {
     threads: usize,
+    /// Every thread ran pinned to the core it was given.
+    pinned: bool,
     calls_per_thread: u64,
     /// From the first thread's start to the last thread's end.
     wall: Duration,
@@ -111,8 +124,17 @@ impl Run {
 struct Threaded {
     name: &'static str,
     versus: Option<&'static str>,
-    run: Box<dyn FnMut(usize, u64) -> Run>,
+    /// A run with a thread per entry, pinned to the core it names (`None`:
+    /// left to the scheduler), each making the number of calls given.
+    run: RunOn,
 }
+
+/// The core a thread is pinned to, if any.
+type Placement = Option<usize>;
+
+/// A threaded scenario's runs: a thread per placement, each making the
+/// number of calls given.
+type RunOn = Box<dyn FnMut(&[Placement], u64) -> Run>;
 
 /// Where a threaded scenario's clones are made.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -156,7 +178,8 @@ impl Threaded {
     where
         S: Service<u64> + Clone + Send + Sync + 'static,
     {
-        let run = move |threads: usize, calls: u64| {
+        let run = move |cores: &[Placement], calls: u64| {
+            let threads = cores.len();
             check("before");
             let clones: Vec<Option<S>> = (0..threads)
                 .map(|_| (clone_on == CloneOn::Main).then(|| svc.clone()))
@@ -164,12 +187,14 @@ impl Threaded {
             let barrier = Barrier::new(threads);
             let running = AtomicUsize::new(0);
             let prototype = &svc;
-            let runs: Vec<(Instant, Duration, u64, u64)> = std::thread::scope(|scope| {
+            let runs: Vec<ThreadRun> = std::thread::scope(|scope| {
                 let handles: Vec<_> = clones
                     .into_iter()
-                    .map(|clone| {
+                    .zip(cores.iter().copied())
+                    .map(|(clone, core)| {
                         let (barrier, running, runtime) = (&barrier, &running, &runtime);
                         scope.spawn(move || {
+                            let pinned = core.is_some_and(cores::pin);
                             let _context = runtime.enter();
                             let mut svc = clone.unwrap_or_else(|| prototype.clone());
                             barrier.wait();
@@ -183,7 +208,13 @@ impl Threaded {
                             }
                             let start = Instant::now();
                             let (served, waits) = drive_until_done(&mut svc, calls);
-                            (start, start.elapsed(), served, waits)
+                            ThreadRun {
+                                start,
+                                time: start.elapsed(),
+                                served,
+                                waits,
+                                pinned,
+                            }
                         })
                     })
                     .collect();
@@ -197,24 +228,29 @@ impl Threaded {
                 Expect::Served => calls,
                 Expect::Refused => 0,
             };
-            for &(_, _, served, _) in &runs {
+            for &ThreadRun { served, .. } in &runs {
                 assert_eq!(
                     served, expected,
                     "{name}: calls served by one thread, of {calls} ({expect:?} expected)"
                 );
             }
-            let first = runs.iter().map(|r| r.0).min().expect("one thread at least");
+            let first = runs
+                .iter()
+                .map(|r| r.start)
+                .min()
+                .expect("one thread at least");
             let last = runs
                 .iter()
-                .map(|r| r.0 + r.1)
+                .map(|r| r.start + r.time)
                 .max()
                 .expect("one thread at least");
             Run {
                 threads,
+                pinned: runs.iter().all(|r| r.pinned),
                 calls_per_thread: calls,
                 wall: last - first,
-                busy: runs.iter().map(|r| r.1).sum(),
-                waits: runs.iter().map(|r| r.3).sum(),
+                busy: runs.iter().map(|r| r.time).sum(),
+                waits: runs.iter().map(|r| r.waits).sum(),
             }
         };
         Threaded {
@@ -411,44 +447,108 @@ fn threaded_half_open(runtime: &tokio::runtime::Handle) -> Vec<Threaded> {
     ]
 }
 
-/// Every threaded scenario (only `only` and `threads/bare`, when given),
-/// its threads entering `runtime`, measured and printed.
+/// Every threaded scenario (when `only` is given, `threads/bare` and the
+/// scenario it names, or every one for `threads`), its threads entering
+/// `runtime`, measured and printed.
 pub fn run(runtime: &tokio::runtime::Handle, only: Option<&str>, rounds: &ThreadRounds) {
     let mut threaded: Vec<Threaded> = threaded_closed(runtime)
         .into_iter()
         .chain(threaded_half_open(runtime))
         .collect();
-    if let Some(only) = only {
+    if let Some(only) = only.filter(|&only| only != "threads") {
         threaded.retain(|s| s.name == "threads/bare" || s.name == only);
     }
     summarize_threads(&mut threaded, rounds);
 }
 
-/// Runs every threaded scenario on one thread and on two (the best of
-/// `rounds.rounds` rounds each, by wall time, scenarios taking turns), and
-/// prints the table.
-fn summarize_threads(scenarios: &mut [Threaded], rounds: &ThreadRounds) {
-    let calls = rounds.calls;
-    let mut best: Vec<[Option<Run>; 2]> = vec![[None, None]; scenarios.len()];
-    for _ in 0..rounds.rounds {
-        for (scenario, best) in scenarios.iter_mut().zip(&mut best) {
-            for (threads, best) in [1, 2].into_iter().zip(best.iter_mut()) {
-                let run = (scenario.run)(threads, calls);
-                if best.is_none_or(|b| run.wall < b.wall) {
-                    *best = Some(run);
-                }
-            }
+/// A threaded scenario's best runs (by wall time): one thread on the
+/// slower core (or wherever the scheduler put it, unpinned), one on the
+/// faster core when threads are pinned, and two threads; and its scaling.
+struct Measured {
+    slower: Run,
+    faster: Option<Run>,
+    two: Run,
+    /// The median over rounds of a round's two threads over its one thread
+    /// on the slower core. With as many calls on each thread, two threads
+    /// take as long as the slower core does, so two threads that share
+    /// nothing do twice what it does alone, whatever the other core's
+    /// speed; and a round runs its placements back to back, so that the
+    /// ratio compares runs that met the same load on the machine.
+    scaling: f64,
+}
+
+impl Measured {
+    /// From each round's runs, in the order of the placements (the
+    /// one-thread ones, then the two-thread one).
+    fn of(rounds: Vec<Vec<Run>>) -> Self {
+        let slowest_one = |runs: &[Run]| {
+            runs.iter()
+                .map(Run::calls_per_sec)
+                .fold(f64::INFINITY, f64::min)
+        };
+        let mut scalings: Vec<f64> = rounds
+            .iter()
+            .map(|runs| {
+                let (two, one) = runs.split_last().expect("a two-thread placement");
+                two.calls_per_sec() / slowest_one(one)
+            })
+            .collect();
+        scalings.sort_by(f64::total_cmp);
+        let placements = rounds[0].len();
+        let mut best: Vec<Run> = (0..placements)
+            .map(|p| {
+                rounds
+                    .iter()
+                    .map(|runs| runs[p])
+                    .min_by(|x, y| x.wall.cmp(&y.wall))
+                    .expect("one round")
+            })
+            .collect();
+        let two = best.pop().expect("a two-thread placement");
+        best.sort_by(|x, y| x.calls_per_sec().total_cmp(&y.calls_per_sec()));
+        Measured {
+            slower: best[0],
+            faster: best.get(1).copied(),
+            two,
+            scaling: scalings[scalings.len() / 2],
         }
     }
-    let best: Vec<[Run; 2]> = best
-        .into_iter()
-        .map(|[one, two]| [one.expect("one round"), two.expect("one round")])
-        .collect();
+}
+
+/// Runs every threaded scenario on one thread and on two (`rounds.rounds`
+/// rounds, scenarios taking turns), and prints the table. Where threads
+/// can be pinned (see the `cores` module), one thread runs on each of two
+/// cores in turn, and the two threads one on each of them.
+fn summarize_threads(scenarios: &mut [Threaded], rounds: &ThreadRounds) {
+    let calls = rounds.calls;
+    let cores = cores::two();
+    // The one-thread placements, then the two-thread one.
+    let placements: Vec<Vec<Placement>> = match cores {
+        Some([a, b]) => vec![vec![Some(a)], vec![Some(b)], vec![Some(a), Some(b)]],
+        None => vec![vec![None], vec![None, None]],
+    };
+    // Per scenario, per round, a run per placement.
+    let mut runs: Vec<Vec<Vec<Run>>> = vec![Vec::new(); scenarios.len()];
+    for _ in 0..rounds.rounds {
+        for (scenario, runs) in scenarios.iter_mut().zip(&mut runs) {
+            runs.push(
+                placements
+                    .iter()
+                    .map(|placement| (scenario.run)(placement, calls))
+                    .collect(),
+            );
+        }
+    }
+    let best: Vec<Measured> = runs.into_iter().map(Measured::of).collect();
+    let pinned = cores.is_some()
+        && best
+            .iter()
+            .all(|m| m.two.pinned && m.slower.pinned && m.faster.is_some_and(|f| f.pinned));
     let bare = scenarios
         .iter()
         .position(|s| s.name == "threads/bare")
-        .map(|i| best[i][1].ns_per_call());
-    let added = |i: usize| bare.map(|bare| best[i][1].ns_per_call() - bare);
+        .map(|i| best[i].two.ns_per_call());
+    let added = |i: usize| bare.map(|bare| best[i].two.ns_per_call() - bare);
 
     println!();
     println!(
@@ -458,13 +558,25 @@ fn summarize_threads(scenarios: &mut [Threaded], rounds: &ThreadRounds) {
     println!(
         "closed: every call served; half_open: a probe in flight holds the only permit, every call refused"
     );
+    match cores {
+        Some([a, b]) if pinned => println!(
+            "one thread timed on core {a} and on core {b}, two threads one on each: 1 thr, the slower \
+             core's M calls/s; other, the faster's; scaling: the median round's two threads over its \
+             one thread on the slower core"
+        ),
+        _ => println!(
+            "threads not pinned to cores (this machine or system does not allow it): scaling: the \
+             median round's two threads over its one thread"
+        ),
+    }
     println!(
-        "M calls/s: all threads together; scaling: two threads over one; per call: each thread's time, two threads"
+        "M calls/s: the best round, all threads together; per call: each thread's time, two threads"
     );
     println!(
-        "{:<44} {:>10} {:>10} {:>8} {:>9} {:>12} {:>12}  {:<31} {:>7}",
+        "{:<44} {:>10} {:>10} {:>10} {:>8} {:>9} {:>12} {:>12}  {:<31} {:>7}",
         "scenario",
         "1 thr M/s",
+        "other M/s",
         "2 thr M/s",
         "scaling",
         "ns/call",
@@ -473,31 +585,34 @@ fn summarize_threads(scenarios: &mut [Threaded], rounds: &ThreadRounds) {
         "vs",
         "x vs"
     );
-    for (i, (scenario, [one, two])) in scenarios.iter().zip(&best).enumerate() {
+    for (i, (scenario, measured)) in scenarios.iter().zip(&best).enumerate() {
         let ours = scenario
             .versus
             .and_then(|name| scenarios.iter().position(|s| s.name == name))
             .and_then(added);
         println!(
-            "{:<44} {:>10.2} {:>10.2} {:>8.2} {:>9.2} {:>12} {:>12.3}  {:<31} {:>7}",
+            "{:<44} {:>10.2} {:>10} {:>10.2} {:>8.2} {:>9.2} {:>12} {:>12.3}  {:<31} {:>7}",
             scenario.name,
-            one.calls_per_sec() / 1e6,
-            two.calls_per_sec() / 1e6,
-            two.calls_per_sec() / one.calls_per_sec(),
-            two.ns_per_call(),
+            measured.slower.calls_per_sec() / 1e6,
+            measured.faster.map_or("-".to_string(), |f| format!(
+                "{:.2}",
+                f.calls_per_sec() / 1e6
+            )),
+            measured.two.calls_per_sec() / 1e6,
+            measured.scaling,
+            measured.two.ns_per_call(),
             added(i).map_or(String::new(), |ns| format!("{ns:.2}")),
-            two.waits_per_call(),
+            measured.two.waits_per_call(),
             scenario.versus.unwrap_or(""),
             added(i).map_or(String::new(), |ns| ratio(ns, ours)),
         );
     }
     // Nothing is shared between the bare threads: unless something else
-    // runs on the machine, two of them do twice the work of one. (A test
-    // run's hundred calls are too few to tell.)
+    // runs on the machine, two of them do twice the work of one on the
+    // slower core. (A test run's hundred calls are too few to tell.)
     let bare = scenarios.iter().position(|s| s.name == "threads/bare");
     if let Some(i) = bare.filter(|_| calls >= 10_000) {
-        let [one, two] = best[i];
-        let scaling = two.calls_per_sec() / one.calls_per_sec();
+        let scaling = best[i].scaling;
         if scaling < 1.6 {
             println!(
                 "note: threads/bare scaled {scaling:.2}x, not about 2x: other work shares the cores, \
