@@ -119,8 +119,8 @@
 //!   then show as two one-thread figures rather than as a scaling that
 //!   moves with the core a one-thread run happened to get. A round runs
 //!   its one-thread and two-thread runs back to back, so that its ratio
-//!   compares runs that met the same load on the machine; the table gives
-//!   the median round's scaling, and each throughput's best round. The
+//!   compares runs that met the same load on the machine; each row gives
+//!   the median round (the one with the median scaling) of seven. The
 //!   clones are
 //!   made on the main thread and moved to the threads, as an accept loop
 //!   hands one to each connection; `threads/tower-circuit-breaker/thread-clone`
@@ -260,7 +260,7 @@
 //! added cost divided by that of the `vs` row (for a peer, this crate's:
 //! above 1 the peer costs more). Then the driver-agreement check (see
 //! [Driver agreement](#driver-agreement)), the streamed bodies' table, the
-//! memory report, and the two-thread table (best of a few rounds), with a
+//! memory report, and the two-thread table (the median of a few rounds), with a
 //! note when `bare` did not scale (other work on the cores makes it
 //! unreliable). With `HOT_PATH_QUICK=1` criterion is skipped and the
 //! tables come from fewer rounds, in about a minute. `HOT_PATH_ONLY=async/closed/consecutive`

@@ -461,57 +461,46 @@ pub fn run(runtime: &tokio::runtime::Handle, only: Option<&str>, rounds: &Thread
     summarize_threads(&mut threaded, rounds);
 }
 
-/// A threaded scenario's best runs (by wall time): one thread on the
-/// slower core (or wherever the scheduler put it, unpinned), one on the
-/// faster core when threads are pinned, and two threads; and its scaling.
+/// A threaded scenario's median round: its one thread on the slower core
+/// (or wherever the scheduler put it, unpinned), its one thread on the
+/// faster core when threads are pinned, and its two threads.
+///
+/// A round's scaling is its two threads over its one thread on the slower
+/// core. With as many calls on each thread, two threads take as long as
+/// the slower core does, so two threads that share nothing do twice what it
+/// does alone, whatever the other core's speed; and a round runs its
+/// placements back to back, so that the ratio compares runs that met the
+/// same load on the machine. The median round is the one with the median
+/// scaling: every figure of the table's row comes from that one round.
 struct Measured {
     slower: Run,
     faster: Option<Run>,
     two: Run,
-    /// The median over rounds of a round's two threads over its one thread
-    /// on the slower core. With as many calls on each thread, two threads
-    /// take as long as the slower core does, so two threads that share
-    /// nothing do twice what it does alone, whatever the other core's
-    /// speed; and a round runs its placements back to back, so that the
-    /// ratio compares runs that met the same load on the machine.
-    scaling: f64,
 }
 
 impl Measured {
     /// From each round's runs, in the order of the placements (the
     /// one-thread ones, then the two-thread one).
     fn of(rounds: Vec<Vec<Run>>) -> Self {
-        let slowest_one = |runs: &[Run]| {
-            runs.iter()
-                .map(Run::calls_per_sec)
-                .fold(f64::INFINITY, f64::min)
-        };
-        let mut scalings: Vec<f64> = rounds
-            .iter()
-            .map(|runs| {
-                let (two, one) = runs.split_last().expect("a two-thread placement");
-                two.calls_per_sec() / slowest_one(one)
+        let mut rounds: Vec<Measured> = rounds
+            .into_iter()
+            .map(|mut runs| {
+                let two = runs.pop().expect("a two-thread placement");
+                runs.sort_by(|x, y| x.calls_per_sec().total_cmp(&y.calls_per_sec()));
+                Measured {
+                    slower: runs[0],
+                    faster: runs.get(1).copied(),
+                    two,
+                }
             })
             .collect();
-        scalings.sort_by(f64::total_cmp);
-        let placements = rounds[0].len();
-        let mut best: Vec<Run> = (0..placements)
-            .map(|p| {
-                rounds
-                    .iter()
-                    .map(|runs| runs[p])
-                    .min_by(|x, y| x.wall.cmp(&y.wall))
-                    .expect("one round")
-            })
-            .collect();
-        let two = best.pop().expect("a two-thread placement");
-        best.sort_by(|x, y| x.calls_per_sec().total_cmp(&y.calls_per_sec()));
-        Measured {
-            slower: best[0],
-            faster: best.get(1).copied(),
-            two,
-            scaling: scalings[scalings.len() / 2],
-        }
+        rounds.sort_by(|x, y| x.scaling().total_cmp(&y.scaling()));
+        let median = rounds.len() / 2;
+        rounds.swap_remove(median)
+    }
+
+    fn scaling(&self) -> f64 {
+        self.two.calls_per_sec() / self.slower.calls_per_sec()
     }
 }
 
@@ -552,7 +541,7 @@ fn summarize_threads(scenarios: &mut [Threaded], rounds: &ThreadRounds) {
 
     println!();
     println!(
-        "two threads sharing one breaker through clones ({}): best of {} rounds x {} calls per thread",
+        "two threads sharing one breaker through clones ({}): the median of {} rounds x {} calls per thread",
         rounds.mode, rounds.rounds, calls
     );
     println!(
@@ -561,17 +550,15 @@ fn summarize_threads(scenarios: &mut [Threaded], rounds: &ThreadRounds) {
     match cores {
         Some([a, b]) if pinned => println!(
             "one thread timed on core {a} and on core {b}, two threads one on each: 1 thr, the slower \
-             core's M calls/s; other, the faster's; scaling: the median round's two threads over its \
-             one thread on the slower core"
+             core's M calls/s; other, the faster's; scaling: two threads over one on the slower core; \
+             the median round: the one with the median scaling"
         ),
         _ => println!(
-            "threads not pinned to cores (this machine or system does not allow it): scaling: the \
-             median round's two threads over its one thread"
+            "threads not pinned to cores (this machine or system does not allow it): scaling: two \
+             threads over one; the median round: the one with the median scaling"
         ),
     }
-    println!(
-        "M calls/s: the best round, all threads together; per call: each thread's time, two threads"
-    );
+    println!("M calls/s: all threads together; per call: each thread's time, two threads");
     println!(
         "{:<44} {:>10} {:>10} {:>10} {:>8} {:>9} {:>12} {:>12}  {:<31} {:>7}",
         "scenario",
@@ -599,7 +586,7 @@ fn summarize_threads(scenarios: &mut [Threaded], rounds: &ThreadRounds) {
                 f.calls_per_sec() / 1e6
             )),
             measured.two.calls_per_sec() / 1e6,
-            measured.scaling,
+            measured.scaling(),
             measured.two.ns_per_call(),
             added(i).map_or(String::new(), |ns| format!("{ns:.2}")),
             measured.two.waits_per_call(),
@@ -612,7 +599,7 @@ fn summarize_threads(scenarios: &mut [Threaded], rounds: &ThreadRounds) {
     // slower core. (A test run's hundred calls are too few to tell.)
     let bare = scenarios.iter().position(|s| s.name == "threads/bare");
     if let Some(i) = bare.filter(|_| calls >= 10_000) {
-        let scaling = best[i].scaling;
+        let scaling = best[i].scaling();
         if scaling < 1.6 {
             println!(
                 "note: threads/bare scaled {scaling:.2}x, not about 2x: other work shares the cores, \
