@@ -178,8 +178,8 @@ impl Threaded {
     where
         S: Service<u64> + Clone + Send + Sync + 'static,
     {
-        let run = move |cores: &[Placement], calls: u64| {
-            let threads = cores.len();
+        let run = move |placements: &[Placement], calls: u64| {
+            let threads = placements.len();
             check("before");
             let clones: Vec<Option<S>> = (0..threads)
                 .map(|_| (clone_on == CloneOn::Main).then(|| svc.clone()))
@@ -190,7 +190,7 @@ impl Threaded {
             let runs: Vec<ThreadRun> = std::thread::scope(|scope| {
                 let handles: Vec<_> = clones
                     .into_iter()
-                    .zip(cores.iter().copied())
+                    .zip(placements.iter().copied())
                     .map(|(clone, core)| {
                         let (barrier, running, runtime) = (&barrier, &running, &runtime);
                         scope.spawn(move || {
