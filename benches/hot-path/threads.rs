@@ -124,16 +124,15 @@ impl Run {
 struct Threaded {
     name: &'static str,
     versus: Option<&'static str>,
-    /// A run with a thread per entry, pinned to the core it names (`None`:
-    /// left to the scheduler), each making the number of calls given.
     run: RunOn,
 }
 
 /// The core a thread is pinned to, if any.
 type Placement = Option<usize>;
 
-/// A threaded scenario's runs: a thread per placement, each making the
-/// number of calls given.
+/// A threaded scenario's runs: a thread per placement, pinned to the core
+/// it names (`None`: left to the scheduler), each making the number of
+/// calls given.
 type RunOn = Box<dyn FnMut(&[Placement], u64) -> Run>;
 
 /// Where a threaded scenario's clones are made.
@@ -528,16 +527,14 @@ fn summarize_threads(scenarios: &mut [Threaded], rounds: &ThreadRounds) {
             );
         }
     }
-    let best: Vec<Measured> = runs.into_iter().map(Measured::of).collect();
+    let median: Vec<Measured> = runs.into_iter().map(Measured::of).collect();
     let pinned = cores.is_some()
-        && best
+        && median
             .iter()
             .all(|m| m.two.pinned && m.slower.pinned && m.faster.is_some_and(|f| f.pinned));
-    let bare = scenarios
-        .iter()
-        .position(|s| s.name == "threads/bare")
-        .map(|i| best[i].two.ns_per_call());
-    let added = |i: usize| bare.map(|bare| best[i].two.ns_per_call() - bare);
+    let bare = scenarios.iter().position(|s| s.name == "threads/bare");
+    let added =
+        |i: usize| bare.map(|bare| median[i].two.ns_per_call() - median[bare].two.ns_per_call());
 
     println!();
     println!(
@@ -572,7 +569,7 @@ fn summarize_threads(scenarios: &mut [Threaded], rounds: &ThreadRounds) {
         "vs",
         "x vs"
     );
-    for (i, (scenario, measured)) in scenarios.iter().zip(&best).enumerate() {
+    for (i, (scenario, measured)) in scenarios.iter().zip(&median).enumerate() {
         let ours = scenario
             .versus
             .and_then(|name| scenarios.iter().position(|s| s.name == name))
@@ -597,9 +594,8 @@ fn summarize_threads(scenarios: &mut [Threaded], rounds: &ThreadRounds) {
     // Nothing is shared between the bare threads: unless something else
     // runs on the machine, two of them do twice the work of one on the
     // slower core. (A test run's hundred calls are too few to tell.)
-    let bare = scenarios.iter().position(|s| s.name == "threads/bare");
     if let Some(i) = bare.filter(|_| calls >= 10_000) {
-        let scaling = best[i].scaling();
+        let scaling = median[i].scaling();
         if scaling < 1.6 {
             println!(
                 "note: threads/bare scaled {scaling:.2}x, not about 2x: other work shares the cores, \
